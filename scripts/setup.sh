@@ -1,0 +1,29 @@
+#!/usr/bin/env bash
+# Set up everything the project needs on a fresh machine: Tesseract (Debian package) and a
+# virtual environment with the project installed. Safe to run again; it only does what is missing.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+VENV="${VENV:-.venv}"
+PYTHON="${PYTHON:-python3}"
+
+if ! command -v tesseract >/dev/null 2>&1; then
+    if [ "$(id -u)" = "0" ] && command -v apt-get >/dev/null 2>&1; then
+        echo "setup: installing tesseract-ocr (Debian)" >&2
+        apt-get update -qq
+        DEBIAN_FRONTEND=noninteractive apt-get install -y -qq tesseract-ocr >/dev/null
+    else
+        echo "setup: Tesseract is missing; install it first: sudo apt-get install tesseract-ocr" >&2
+        exit 1
+    fi
+fi
+
+stamp="$VENV/.stage-e-installed"
+if [ ! -x "$VENV/bin/python" ]; then
+    "$PYTHON" -m venv "$VENV"
+fi
+if [ ! -f "$stamp" ] || [ pyproject.toml -nt "$stamp" ]; then
+    echo "setup: installing the project into $VENV" >&2
+    "$VENV/bin/python" -m pip install -q --upgrade pip
+    "$VENV/bin/python" -m pip install -q -e ".[test]"
+    touch "$stamp"
+fi

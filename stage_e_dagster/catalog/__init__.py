@@ -1,0 +1,1 @@
+"""The catalogue database: typed models, engines and sessions, migrations, backlog queries."""

@@ -1,0 +1,81 @@
+"""Engines and sessions for the catalogue, on SQLite (embedded) or PostgreSQL (production)."""
+
+from __future__ import annotations
+
+from contextlib import contextmanager
+from functools import lru_cache
+from pathlib import Path
+from typing import Iterator
+
+import sqlalchemy as sa
+from sqlalchemy.engine import make_url
+from sqlalchemy.orm import Session, sessionmaker
+
+
+class DatabaseUrlError(ValueError):
+    """The catalogue URL names a driver this project does not ship."""
+
+
+def _check_url(url: str) -> sa.URL:
+    try:
+        parsed = make_url(url)
+    except sa.exc.ArgumentError as exc:
+        raise DatabaseUrlError(f"not a database URL: {url!r}") from exc
+    if parsed.drivername not in ("sqlite", "sqlite+pysqlite", "postgresql+psycopg2"):
+        raise DatabaseUrlError(
+            f"unsupported database URL scheme {parsed.drivername!r}: "
+            "use sqlite:///PATH or postgresql+psycopg2://..."
+        )
+    return parsed
+
+
+def is_sqlite(engine: sa.Engine) -> bool:
+    return engine.dialect.name == "sqlite"
+
+
+def _configure_sqlite(engine: sa.Engine) -> None:
+    # Every transaction takes the write lock up front (BEGIN IMMEDIATE) and waits up to 30 s for
+    # it, so concurrent processes queue instead of failing on a read-to-write upgrade.
+    @sa.event.listens_for(engine, "connect")
+    def _on_connect(dbapi_conn, _record):  # type: ignore[no-untyped-def]
+        dbapi_conn.isolation_level = None
+        cur = dbapi_conn.cursor()
+        cur.execute("PRAGMA journal_mode=WAL")
+        cur.execute("PRAGMA busy_timeout=30000")
+        cur.execute("PRAGMA foreign_keys=ON")
+        cur.execute("PRAGMA synchronous=NORMAL")
+        cur.close()
+
+    @sa.event.listens_for(engine, "begin")
+    def _on_begin(conn):  # type: ignore[no-untyped-def]
+        conn.exec_driver_sql("BEGIN IMMEDIATE")
+
+
+def make_engine(url: str) -> sa.Engine:
+    """A new engine for ``url``; SQLite files get their folder created."""
+    parsed = _check_url(url)
+    if parsed.drivername.startswith("sqlite"):
+        if parsed.database and parsed.database != ":memory:":
+            Path(parsed.database).parent.mkdir(parents=True, exist_ok=True)
+        engine = sa.create_engine(url, connect_args={"timeout": 30})
+        _configure_sqlite(engine)
+        return engine
+    return sa.create_engine(url, pool_pre_ping=True, pool_size=5, max_overflow=5)
+
+
+@lru_cache(maxsize=16)
+def engine_for(url: str) -> sa.Engine:
+    """One shared engine per URL and process."""
+    return make_engine(url)
+
+
+def session_factory(engine: sa.Engine) -> sessionmaker[Session]:
+    return sessionmaker(engine, expire_on_commit=False)
+
+
+@contextmanager
+def session_scope(engine: sa.Engine) -> Iterator[Session]:
+    """A session whose transaction commits on success and rolls back on any error."""
+    with Session(engine, expire_on_commit=False) as session:
+        with session.begin():
+            yield session

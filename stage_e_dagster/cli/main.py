@@ -1,0 +1,50 @@
+"""Root of the ``stage-e`` command: wires the command modules and turns known errors into one line."""
+
+from __future__ import annotations
+
+import os
+import sys
+
+import typer
+
+from ..catalog.engine import DatabaseUrlError
+from ..settings import SettingsError
+from . import db, trips
+from .errors import CliError
+from .status import status
+
+app = typer.Typer(
+    name="stage-e",
+    help="Operate the stage-e card identification pipeline.",
+    no_args_is_help=True,
+    pretty_exceptions_show_locals=False,
+    add_completion=False,
+)
+app.add_typer(db.app, name="db")
+app.add_typer(trips.app, name="trips")
+app.command()(status)
+
+KNOWN_ERRORS = (CliError, SettingsError, DatabaseUrlError)
+
+
+def main() -> None:
+    """Entry point: known errors print one line to stderr and exit 1; ``STAGE_E_DEBUG=1`` shows tracebacks."""
+    try:
+        app(standalone_mode=False)
+    except KNOWN_ERRORS as exc:
+        if os.environ.get("STAGE_E_DEBUG"):
+            raise
+        typer.echo(f"stage-e: error: {exc}", err=True)
+        sys.exit(1)
+    except typer.Exit as exc:
+        sys.exit(exc.exit_code)
+    except typer.Abort:
+        typer.echo("stage-e: aborted", err=True)
+        sys.exit(1)
+    except typer.TyperException as exc:  # bad flags or arguments: usage and one line
+        show = getattr(exc, "show", None)
+        if show is None:
+            typer.echo(f"stage-e: error: {exc}", err=True)
+        else:
+            show()
+        sys.exit(getattr(exc, "exit_code", 2))

@@ -1,0 +1,92 @@
+"""``stage-e status``: is streaming on, is a trip open, how much waits, and the envelope's readings."""
+
+from __future__ import annotations
+
+import json
+from typing import Annotated, Any
+
+import sqlalchemy as sa
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from ..catalog.backlog import STAGE_C_PENDING, STAGE_D_PENDING, backlog_count, oldest_waiting_since
+from ..catalog.base import utcnow
+from ..catalog.engine import session_scope
+from ..catalog.models import MicroBatch
+from ..envelope.bars import Ceilings
+from ..envelope.signals import host_load
+from ..envelope.fetch_window import window_counts
+from ..envelope.trips import current_open_trip
+from .context import catalog_engine, safe_url, settings
+from .trips import trip_dict
+
+
+def collect_status() -> dict[str, Any]:
+    cfg = settings()
+    ceilings = Ceilings.from_settings(cfg)
+    with session_scope(catalog_engine(cfg)) as session:
+        trip = current_open_trip(session)
+        since = oldest_waiting_since(session)
+        counts = window_counts(session, ceilings.fetch_failure_window)
+        in_flight = session.execute(
+            sa.select(sa.func.count()).select_from(MicroBatch).where(MicroBatch.status.in_(("pending", "running")))
+        ).scalar_one()
+        last_peak = session.execute(
+            sa.select(MicroBatch.peak_rss_mb)
+            .where(MicroBatch.peak_rss_mb.is_not(None))
+            .order_by(MicroBatch.finished_at.desc())
+            .limit(1)
+        ).scalar_one_or_none()
+        return {
+            "streaming_enabled": cfg.streaming_enabled,
+            "database": safe_url(cfg.database_url),
+            "open_trip": trip_dict(trip) if trip else None,
+            "stage_c_backlog": backlog_count(session, STAGE_C_PENDING),
+            "stage_d_backlog": backlog_count(session, STAGE_D_PENDING),
+            "oldest_waiting_age_s": round((utcnow() - since).total_seconds(), 1) if since else None,
+            "batches_in_flight": in_flight,
+            "envelope": {
+                "fetch_lockout": {"open": bool(trip and trip.bar == "fetch_lockout")},
+                "host_load": {"reading": host_load(), "ceiling": ceilings.host_load},
+                "rss_mb": {"reading": last_peak, "ceiling": ceilings.rss_mb, "source": "last batch's peak"},
+                "fetch_failures": {
+                    "reading": counts.failures,
+                    "window_total": counts.total,
+                    "window": ceilings.fetch_failure_window,
+                    "ceiling": ceilings.max_fetch_failures,
+                },
+            },
+        }
+
+
+def status(as_json: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False) -> None:
+    """Show whether streaming is on, any open trip, the backlogs and the envelope's readings."""
+    info = collect_status()
+    if as_json:
+        typer.echo(json.dumps(info, indent=2))
+        return
+    console = Console()
+    trip = info["open_trip"]
+    console.print(f"catalogue        {info['database']}")
+    console.print(f"streaming        {'ON' if info['streaming_enabled'] else 'off (STAGE_E_STREAMING_ENABLED=false)'}")
+    console.print(
+        f"open trip        {trip['trip_id'] + ' (' + trip['bar'] + ')' if trip else 'none'}",
+    )
+    age = info["oldest_waiting_age_s"]
+    console.print(f"stage C backlog  {info['stage_c_backlog']}")
+    console.print(f"stage D backlog  {info['stage_d_backlog']}")
+    console.print(f"oldest waiting   {'-' if age is None else f'{age:.0f} s'}")
+    console.print(f"batches in flight {info['batches_in_flight']}")
+    env = info["envelope"]
+    table = Table("bar", "reading", "ceiling")
+    table.add_row("fetch lockout", "open trip" if env["fetch_lockout"]["open"] else "none", "any 403")
+    load = env["host_load"]["reading"]
+    table.add_row("host load (1 min)", "-" if load is None else f"{load:.2f}", f"{env['host_load']['ceiling']:g}")
+    rss = env["rss_mb"]["reading"]
+    table.add_row("worker RSS MB (last batch peak)", "-" if rss is None else f"{rss:.0f}", f"{env['rss_mb']['ceiling']:g}")
+    ff = env["fetch_failures"]
+    table.add_row(
+        f"fetch failures (last {ff['window']})", f"{ff['reading']} of {ff['window_total']}", f"> {ff['ceiling']:g} trips"
+    )
+    console.print(table)

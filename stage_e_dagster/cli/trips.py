@@ -1,0 +1,92 @@
+"""``stage-e trips``: list trips, open a manual one, and acknowledge one (the only way to resume)."""
+
+from __future__ import annotations
+
+import getpass
+import json
+from typing import Annotated, Any
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from ..catalog.engine import session_scope
+from ..catalog.models import EnvelopeTrip
+from ..envelope.trips import TripError, acknowledge_trip, list_trips, open_trip
+from .context import catalog_engine
+from .errors import CliError
+
+app = typer.Typer(help="Envelope trips: what halted dispatch, and resuming it.", no_args_is_help=True)
+
+
+def trip_dict(trip: EnvelopeTrip) -> dict[str, Any]:
+    return {
+        "trip_id": trip.trip_id,
+        "bar": trip.bar,
+        "detail": trip.detail,
+        "run_id": trip.run_id,
+        "tripped_at": trip.tripped_at.isoformat(),
+        "acknowledged_at": trip.acknowledged_at.isoformat() if trip.acknowledged_at else None,
+        "acknowledged_by": trip.acknowledged_by,
+        "acknowledged_note": trip.acknowledged_note,
+    }
+
+
+def _default_person() -> str:
+    try:
+        return getpass.getuser()
+    except (KeyError, OSError):
+        return "unknown"
+
+
+@app.command("list")
+def list_command(
+    open_only: Annotated[bool, typer.Option("--open", help="Only unacknowledged trips.")] = False,
+    as_json: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
+) -> None:
+    """List trips, newest first."""
+    with session_scope(catalog_engine()) as session:
+        trips = [trip_dict(t) for t in list_trips(session, open_only=open_only)]
+    if as_json:
+        typer.echo(json.dumps(trips, indent=2))
+        return
+    if not trips:
+        typer.echo("no open trips" if open_only else "no trips")
+        return
+    table = Table("trip id", "bar", "observed / ceiling", "run", "tripped at (UTC)", "acknowledged")
+    for t in trips:
+        detail = t["detail"] or {}
+        reading = f"{detail.get('observed')} / {detail.get('ceiling')}" if "observed" in detail else detail.get("note", "")
+        acked = f"{t['acknowledged_at'][:19]} by {t['acknowledged_by']}" if t["acknowledged_at"] else "OPEN"
+        table.add_row(t["trip_id"], t["bar"], str(reading), t["run_id"] or "", t["tripped_at"][:19], acked)
+    Console().print(table)
+
+
+@app.command("open")
+def open_command(
+    note: Annotated[str, typer.Option("--note", help="Why dispatch is paused (required).")],
+    by: Annotated[str, typer.Option("--by", help="Who opens it.")] = "",
+) -> None:
+    """Open a manual trip: pause all dispatch, e.g. for maintenance."""
+    if not note.strip():
+        raise CliError("opening a manual trip needs a non-empty --note")
+    with session_scope(catalog_engine()) as session:
+        trip = open_trip(session, "manual", {"note": note.strip(), "opened_by": by or _default_person()})
+        trip_id = trip.trip_id
+    typer.echo(f"opened {trip_id} (bar manual): all new dispatch is halted until it is acknowledged")
+
+
+@app.command("ack")
+def ack_command(
+    trip_id: Annotated[str, typer.Argument(help="The trip to acknowledge, e.g. envtrip-20260101T000000-abcd1234.")],
+    note: Annotated[str, typer.Option("--note", help="What was checked or fixed (required).")],
+    by: Annotated[str, typer.Option("--by", help="Who acknowledges; defaults to the login name.")] = "",
+) -> None:
+    """Acknowledge a trip. Dispatch resumes once no trip is open."""
+    try:
+        with session_scope(catalog_engine()) as session:
+            trip = acknowledge_trip(session, trip_id, note=note, by=by or _default_person())
+            summary = f"acknowledged {trip.trip_id} (bar {trip.bar}, tripped {trip.tripped_at:%Y-%m-%d %H:%M:%S} UTC)"
+    except TripError as exc:
+        raise CliError(str(exc)) from exc
+    typer.echo(summary)

@@ -1,0 +1,1 @@
+"""The operating envelope: signals, bars, trips and the shared fetch-outcome window."""

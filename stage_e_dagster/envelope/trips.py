@@ -1,0 +1,93 @@
+"""Trips: recording a crossed bar, the global open-trip check, and the one path that closes a trip."""
+
+from __future__ import annotations
+
+import secrets
+from datetime import datetime, timezone
+from typing import Any, Sequence
+
+import sqlalchemy as sa
+from sqlalchemy.orm import Session
+
+from ..catalog.base import utcnow
+from ..catalog.models import TRIP_BARS, EnvelopeTrip
+from .bars import Ceilings, EnvelopeSignals, first_breach
+
+
+class TripError(Exception):
+    """A trip operation was refused."""
+
+
+class TripNotFound(TripError):
+    pass
+
+
+class TripAlreadyAcknowledged(TripError):
+    pass
+
+
+class EmptyNote(TripError):
+    pass
+
+
+def new_trip_id(now: datetime | None = None) -> str:
+    stamp = (now or datetime.now(timezone.utc)).strftime("%Y%m%dT%H%M%S")
+    return f"envtrip-{stamp}-{secrets.token_hex(4)}"
+
+
+def open_trip(session: Session, bar: str, detail: dict[str, Any], *, run_id: str | None = None) -> EnvelopeTrip:
+    """Record a new open trip in the caller's transaction."""
+    if bar not in TRIP_BARS:
+        raise ValueError(f"unknown bar {bar!r}; expected one of {TRIP_BARS}")
+    trip = EnvelopeTrip(trip_id=new_trip_id(), bar=bar, detail=detail, run_id=run_id, tripped_at=utcnow())
+    session.add(trip)
+    session.flush()
+    return trip
+
+
+def check_envelope(
+    session: Session, signals: EnvelopeSignals, ceilings: Ceilings, *, run_id: str | None = None
+) -> EnvelopeTrip | None:
+    """Open a trip for the first bar the signals cross; ``None`` when every bar holds."""
+    breach = first_breach(signals, ceilings)
+    if breach is None:
+        return None
+    return open_trip(session, breach.bar, breach.detail(signals), run_id=run_id)
+
+
+def current_open_trip(session: Session) -> EnvelopeTrip | None:
+    """The newest unacknowledged trip of any run, or ``None``. Global on purpose: any open trip halts all."""
+    return session.execute(
+        sa.select(EnvelopeTrip)
+        .where(EnvelopeTrip.acknowledged_at.is_(None))
+        .order_by(EnvelopeTrip.tripped_at.desc(), EnvelopeTrip.id.desc())
+        .limit(1)
+    ).scalar_one_or_none()
+
+
+def list_trips(session: Session, *, open_only: bool = False, limit: int = 100) -> Sequence[EnvelopeTrip]:
+    query = sa.select(EnvelopeTrip).order_by(EnvelopeTrip.tripped_at.desc(), EnvelopeTrip.id.desc()).limit(limit)
+    if open_only:
+        query = query.where(EnvelopeTrip.acknowledged_at.is_(None))
+    return session.execute(query).scalars().all()
+
+
+def acknowledge_trip(session: Session, trip_id: str, *, note: str, by: str) -> EnvelopeTrip:
+    """Close one trip on a person's word. The only code path that clears a trip."""
+    if not note or not note.strip():
+        raise EmptyNote("acknowledging a trip needs a non-empty --note")
+    trip = session.execute(
+        sa.select(EnvelopeTrip).where(EnvelopeTrip.trip_id == trip_id).with_for_update()
+    ).scalar_one_or_none()
+    if trip is None:
+        raise TripNotFound(f"no trip with id {trip_id!r}")
+    if trip.acknowledged_at is not None:
+        raise TripAlreadyAcknowledged(
+            f"trip {trip_id} was already acknowledged at {trip.acknowledged_at:%Y-%m-%d %H:%M:%S} UTC "
+            f"by {trip.acknowledged_by}"
+        )
+    trip.acknowledged_at = utcnow()
+    trip.acknowledged_by = by
+    trip.acknowledged_note = note.strip()
+    session.flush()
+    return trip

@@ -1,0 +1,131 @@
+"""One typed settings object, read from the ``STAGE_E_*`` environment variables.
+
+Only this module and ``defs/resources.py`` read the environment; every lower layer takes
+its values as arguments. A bad value fails at start with one line naming the variable.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable, Mapping, TypeVar
+
+T = TypeVar("T")
+
+_TRUE = {"1", "true", "yes", "on"}
+_FALSE = {"0", "false", "no", "off", ""}
+
+
+class SettingsError(ValueError):
+    """A ``STAGE_E_*`` variable holds a value the project cannot use."""
+
+
+@dataclass(frozen=True)
+class Settings:
+    streaming_enabled: bool = False
+    state_dir: Path = field(default_factory=lambda: Path(".state").resolve())
+    database_url: str = ""
+    micro_batch_size: int = 25
+    max_concurrent_dispatches: int = 2
+    host_load_ceiling: float = float(os.cpu_count() or 1)
+    rss_mb_ceiling: float = 512.0
+    fetch_failure_rate_ceiling: float = 0.01
+    fetch_failure_window: int = 500
+    image_roots: tuple[Path, ...] = ()
+    fetch_allowed_hosts: tuple[str, ...] = ()
+    fetch_rate_per_sec: float = 7.0
+    fetch_timeout_s: float = 15.0
+    fetch_max_bytes: int = 25 * 1024 * 1024
+    claim_ttl_s: int = 900
+    max_batch_attempts: int = 3
+    run_max_runtime_s: int = 1800
+
+    @property
+    def dagster_home(self) -> Path:
+        return self.state_dir / "dagster_home"
+
+
+def default_database_url(state_dir: Path) -> str:
+    return f"sqlite:///{state_dir / 'catalog.sqlite'}"
+
+
+def _parse_bool(name: str, raw: str) -> bool:
+    value = raw.strip().lower()
+    if value in _TRUE:
+        return True
+    if value in _FALSE:
+        return False
+    raise SettingsError(f"{name}={raw!r} is not a boolean (use true or false)")
+
+
+def _parse_number(name: str, raw: str, kind: Callable[[str], T], minimum: float | None,
+                  maximum: float | None = None) -> T:
+    try:
+        value = kind(raw.strip())
+    except ValueError:
+        word = "a whole number" if kind is int else "a number"
+        raise SettingsError(f"{name}={raw!r} is not {word}") from None
+    if minimum is not None and value < minimum:  # type: ignore[operator]
+        raise SettingsError(f"{name}={raw!r} must be at least {minimum:g}")
+    if maximum is not None and value > maximum:  # type: ignore[operator]
+        raise SettingsError(f"{name}={raw!r} must be at most {maximum:g}")
+    if isinstance(value, float) and value != value:  # NaN
+        raise SettingsError(f"{name}={raw!r} is not a number")
+    return value
+
+
+def _split(raw: str, sep: str) -> tuple[str, ...]:
+    return tuple(part.strip() for part in raw.split(sep) if part.strip())
+
+
+def load_settings(environ: Mapping[str, str] | None = None) -> Settings:
+    """Build :class:`Settings` from ``environ`` (default: the process environment)."""
+    env = os.environ if environ is None else environ
+    defaults = Settings()
+
+    def get(name: str) -> str | None:
+        value = env.get(name)
+        return None if value is None or value.strip() == "" else value
+
+    def number(name: str, kind: Callable[[str], T], default: T, minimum: float | None,
+               maximum: float | None = None) -> T:
+        raw = get(name)
+        return default if raw is None else _parse_number(name, raw, kind, minimum, maximum)
+
+    raw_state = get("STAGE_E_STATE_DIR")
+    state_dir = Path(raw_state).expanduser().resolve() if raw_state else defaults.state_dir
+    raw_enabled = env.get("STAGE_E_STREAMING_ENABLED")
+    roots_raw = get("STAGE_E_IMAGE_ROOTS")
+    hosts_raw = get("STAGE_E_FETCH_ALLOWED_HOSTS")
+    return Settings(
+        streaming_enabled=(
+            _parse_bool("STAGE_E_STREAMING_ENABLED", raw_enabled) if raw_enabled is not None else False
+        ),
+        state_dir=state_dir,
+        database_url=get("STAGE_E_DATABASE_URL") or default_database_url(state_dir),
+        micro_batch_size=number("STAGE_E_MICRO_BATCH_SIZE", int, defaults.micro_batch_size, 1),
+        max_concurrent_dispatches=number(
+            "STAGE_E_MAX_CONCURRENT_DISPATCHES", int, defaults.max_concurrent_dispatches, 1
+        ),
+        host_load_ceiling=number("STAGE_E_HOST_LOAD_CEILING", float, defaults.host_load_ceiling, 0),
+        rss_mb_ceiling=number("STAGE_E_RSS_MB_CEILING", float, defaults.rss_mb_ceiling, 0),
+        fetch_failure_rate_ceiling=number(
+            "STAGE_E_FETCH_FAILURE_RATE_CEILING", float, defaults.fetch_failure_rate_ceiling, 0, 1
+        ),
+        fetch_failure_window=number(
+            "STAGE_E_FETCH_FAILURE_WINDOW", int, defaults.fetch_failure_window, 1
+        ),
+        image_roots=(
+            tuple(Path(p).expanduser().resolve() for p in _split(roots_raw, os.pathsep))
+            if roots_raw
+            else (state_dir / "images",)
+        ),
+        fetch_allowed_hosts=tuple(h.lower() for h in _split(hosts_raw, ",")) if hosts_raw else (),
+        fetch_rate_per_sec=number("STAGE_E_FETCH_RATE_PER_SEC", float, defaults.fetch_rate_per_sec, 0.01),
+        fetch_timeout_s=number("STAGE_E_FETCH_TIMEOUT_S", float, defaults.fetch_timeout_s, 0.1),
+        fetch_max_bytes=number("STAGE_E_FETCH_MAX_BYTES", int, defaults.fetch_max_bytes, 1024),
+        claim_ttl_s=number("STAGE_E_CLAIM_TTL_S", int, defaults.claim_ttl_s, 1),
+        max_batch_attempts=number("STAGE_E_MAX_BATCH_ATTEMPTS", int, defaults.max_batch_attempts, 1),
+        run_max_runtime_s=number("STAGE_E_RUN_MAX_RUNTIME_S", int, defaults.run_max_runtime_s, 1),
+    )

@@ -1,0 +1,106 @@
+"""Shared fixtures: a migrated catalogue on SQLite (a copied template per test) and on PostgreSQL.
+
+PostgreSQL tests get one throwaway database per test session, migrated once, and every table is
+emptied after each test. Tests that cross processes take ``pg_url_fresh`` for a database of their own.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import uuid
+from pathlib import Path
+from typing import Iterator
+
+import pytest
+import sqlalchemy as sa
+
+from stage_e_dagster.catalog.base import Base
+from stage_e_dagster.catalog.engine import make_engine
+from stage_e_dagster.catalog.migrate import upgrade
+
+PG_SERVER_URL = os.environ.get("STAGE_E_TEST_PG_URL", "postgresql+psycopg2://postgres@127.0.0.1:5432/test")
+
+for _name in list(os.environ):
+    if _name.startswith("STAGE_E_") and _name != "STAGE_E_TEST_PG_URL":
+        del os.environ[_name]
+
+
+@pytest.fixture(scope="session")
+def sqlite_template(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    path = tmp_path_factory.mktemp("template") / "catalog.sqlite"
+    engine = make_engine(f"sqlite:///{path}")
+    upgrade(engine)
+    engine.dispose()
+    return path
+
+
+@pytest.fixture
+def sqlite_url(sqlite_template: Path, tmp_path: Path) -> str:
+    path = tmp_path / "catalog.sqlite"
+    shutil.copy(sqlite_template, path)
+    return f"sqlite:///{path}"
+
+
+@pytest.fixture
+def sqlite_engine(sqlite_url: str) -> Iterator[sa.Engine]:
+    engine = make_engine(sqlite_url)
+    yield engine
+    engine.dispose()
+
+
+def _server_engine() -> sa.Engine:
+    return sa.create_engine(PG_SERVER_URL, isolation_level="AUTOCOMMIT")
+
+
+def create_pg_database(prefix: str = "stage_e_test") -> str:
+    """Create and migrate a new PostgreSQL database; return its URL."""
+    name = f"{prefix}_{uuid.uuid4().hex[:10]}"
+    server = _server_engine()
+    with server.connect() as conn:
+        conn.execute(sa.text(f'CREATE DATABASE "{name}"'))
+    server.dispose()
+    url = sa.make_url(PG_SERVER_URL).set(database=name).render_as_string(hide_password=False)
+    engine = make_engine(url)
+    upgrade(engine)
+    engine.dispose()
+    return url
+
+
+def drop_pg_database(url: str) -> None:
+    name = sa.make_url(url).database
+    server = _server_engine()
+    with server.connect() as conn:
+        conn.execute(sa.text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
+    server.dispose()
+
+
+@pytest.fixture(scope="session")
+def pg_session_url() -> Iterator[str]:
+    url = create_pg_database()
+    yield url
+    drop_pg_database(url)
+
+
+@pytest.fixture
+def pg_engine(pg_session_url: str) -> Iterator[sa.Engine]:
+    engine = make_engine(pg_session_url)
+    yield engine
+    tables = ", ".join(t.name for t in Base.metadata.sorted_tables)
+    with engine.begin() as conn:
+        conn.execute(sa.text(f"TRUNCATE {tables} RESTART IDENTITY CASCADE"))
+    engine.dispose()
+
+
+@pytest.fixture
+def pg_url_fresh() -> Iterator[str]:
+    url = create_pg_database()
+    yield url
+    drop_pg_database(url)
+
+
+@pytest.fixture(params=["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
+def engine(request: pytest.FixtureRequest) -> sa.Engine:
+    """The catalogue engine, once per back end."""
+    name = "sqlite_engine" if request.param == "sqlite" else "pg_engine"
+    return request.getfixturevalue(name)

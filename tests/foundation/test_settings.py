@@ -1,0 +1,58 @@
+import os
+from pathlib import Path
+
+import pytest
+
+from stage_e_dagster.settings import SettingsError, load_settings
+
+
+def test_defaults_ship_streaming_off_with_the_documented_values(tmp_path: Path) -> None:
+    s = load_settings({"STAGE_E_STATE_DIR": str(tmp_path)})
+    assert s.streaming_enabled is False
+    assert s.micro_batch_size == 25
+    assert s.max_concurrent_dispatches == 2
+    assert s.rss_mb_ceiling == 512
+    assert s.fetch_failure_rate_ceiling == 0.01
+    assert s.fetch_failure_window == 500
+    assert s.host_load_ceiling == float(os.cpu_count())
+    assert s.database_url == f"sqlite:///{tmp_path / 'catalog.sqlite'}"
+    assert s.dagster_home == tmp_path / "dagster_home"
+
+
+def test_values_are_parsed_and_typed() -> None:
+    s = load_settings(
+        {
+            "STAGE_E_STREAMING_ENABLED": "true",
+            "STAGE_E_MICRO_BATCH_SIZE": "40",
+            "STAGE_E_HOST_LOAD_CEILING": "7.5",
+            "STAGE_E_FETCH_ALLOWED_HOSTS": "img.example.org, CDN.example.org",
+            "STAGE_E_DATABASE_URL": "postgresql+psycopg2://u@h/db",
+        }
+    )
+    assert s.streaming_enabled is True
+    assert s.micro_batch_size == 40
+    assert s.host_load_ceiling == 7.5
+    assert s.fetch_allowed_hosts == ("img.example.org", "cdn.example.org")
+    assert s.database_url == "postgresql+psycopg2://u@h/db"
+
+
+@pytest.mark.parametrize(
+    ("name", "value", "message"),
+    [
+        ("STAGE_E_MICRO_BATCH_SIZE", "abc", "STAGE_E_MICRO_BATCH_SIZE='abc' is not a whole number"),
+        ("STAGE_E_MICRO_BATCH_SIZE", "0", "STAGE_E_MICRO_BATCH_SIZE='0' must be at least 1"),
+        ("STAGE_E_RSS_MB_CEILING", "-5", "STAGE_E_RSS_MB_CEILING='-5' must be at least 0"),
+        ("STAGE_E_HOST_LOAD_CEILING", "-0.1", "STAGE_E_HOST_LOAD_CEILING='-0.1' must be at least 0"),
+        ("STAGE_E_FETCH_FAILURE_RATE_CEILING", "1.5", "must be at most 1"),
+        ("STAGE_E_FETCH_FAILURE_WINDOW", "2.5", "is not a whole number"),
+        ("STAGE_E_HOST_LOAD_CEILING", "nan", "is not a number"),
+        ("STAGE_E_STREAMING_ENABLED", "maybe", "STAGE_E_STREAMING_ENABLED='maybe' is not a boolean"),
+    ],
+)
+def test_a_bad_value_fails_with_one_line_naming_the_variable(name: str, value: str, message: str) -> None:
+    with pytest.raises(SettingsError) as info:
+        load_settings({name: value})
+    text = str(info.value)
+    assert message in text
+    assert name in text
+    assert "\n" not in text
