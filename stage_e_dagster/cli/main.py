@@ -9,9 +9,17 @@ import typer
 
 from ..catalog.engine import DatabaseUrlError
 from ..settings import SettingsError
-from . import db, trips
+from . import batches, db, trips
 from .errors import CliError
+from .demo import demo
+from .ledger import ledger
+from .sweep import sweep
 from .status import status
+from .catalog import app as catalog_app
+from .vote import vote
+from .seed import seed
+from .evaluate import evaluate
+from .bulk import bulk
 
 app = typer.Typer(
     name="stage-e",
@@ -23,6 +31,15 @@ app = typer.Typer(
 app.add_typer(db.app, name="db")
 app.add_typer(trips.app, name="trips")
 app.command()(status)
+app.command()(ledger)
+app.command()(sweep)
+app.command()(demo)
+app.add_typer(batches.app, name="batches")
+app.add_typer(catalog_app, name="catalog")
+app.command()(vote)
+app.command()(seed)
+app.command()(evaluate)
+app.command()(bulk)
 
 KNOWN_ERRORS = (CliError, SettingsError, DatabaseUrlError)
 

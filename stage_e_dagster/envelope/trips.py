@@ -65,6 +65,13 @@ def current_open_trip(session: Session) -> EnvelopeTrip | None:
     ).scalar_one_or_none()
 
 
+def trip_opened_by_run(session: Session, run_id: str, *, bar: str) -> EnvelopeTrip | None:
+    """The trip of ``bar`` that run ``run_id`` opened, if any."""
+    return session.execute(
+        sa.select(EnvelopeTrip).where(EnvelopeTrip.run_id == run_id, EnvelopeTrip.bar == bar).limit(1)
+    ).scalar_one_or_none()
+
+
 def list_trips(session: Session, *, open_only: bool = False, limit: int = 100) -> Sequence[EnvelopeTrip]:
     query = sa.select(EnvelopeTrip).order_by(EnvelopeTrip.tripped_at.desc(), EnvelopeTrip.id.desc()).limit(limit)
     if open_only:

@@ -44,3 +44,9 @@ def current_evidence(session: Session, card_ids: Iterable[int]) -> dict[int, Ima
         for card_id, ev in present_evidence(session, card_ids).items()
         if not stale_extractors(ev.extractor_versions)
     }
+
+
+def satisfies_stage_c(evidence: ImageEvidence | None) -> bool:
+    """Stage C has nothing to do for this present-image row: it is current, or it is a terminal
+    record (a failed fetch or undecodable image waits for the image to change, not for a version bump)."""
+    return evidence is not None and (evidence.terminal or not stale_extractors(evidence.extractor_versions))

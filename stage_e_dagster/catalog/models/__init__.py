@@ -5,10 +5,11 @@ from .cards import CARD_TYPES, PRINTING_STATUSES, Card
 from .dispatch import BATCH_STATUSES, CardClaim, MicroBatch, SweepCursor
 from .envelope import FETCH_OUTCOMES, TRIP_BARS, EnvelopeTrip, FetchOutcome, FetchPacer
 from .evidence import ImageEvidence
+from .passes import StageDPass
 from .votes import VOTE_SOURCES, PrintingVote, ScanLog
 
 __all__ = [
     "BATCH_STATUSES", "CARD_TYPES", "FETCH_OUTCOMES", "PRINTING_STATUSES", "TRIP_BARS", "VOTE_SOURCES",
     "Card", "CardClaim", "EnvelopeTrip", "Expansion", "FetchOutcome", "FetchPacer", "ImageEvidence",
-    "MicroBatch", "Printing", "PrintingVote", "ScanLog", "SweepCursor",
+    "MicroBatch", "Printing", "PrintingVote", "ScanLog", "StageDPass", "SweepCursor",
 ]

@@ -1,0 +1,1 @@
+"""Importers that load the canonical catalogue (expansions and printings) from outside sources."""

@@ -1,0 +1,106 @@
+"""``stage-e bulk``: run a stage over its whole backlog at full speed, outside the envelope.
+
+BULK mode is an operator's tool: it is not gated by the streaming flag and opens no trips. Each
+stage registers a runner in :data:`STAGE_RUNNERS`.
+"""
+
+from __future__ import annotations
+
+import json
+import uuid
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Annotated, Any, Callable, Sequence
+
+import sqlalchemy as sa
+import typer
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+from ..catalog.models import Card
+from ..settings import Settings
+from ..stage_c.fetch import ImageFetcher
+from ..stage_c.run import run_stage_c
+from .bulk_stage_d import chain_stages, run_bulk_stage_d, stage_d_total
+from .context import catalog_engine, settings
+from .errors import CliError
+
+StageRunner = Callable[[sa.Engine, Settings, "Sequence[int] | None", int | None, str, Callable[[int], None]],
+                       dict[str, Any]]
+
+
+def bulk_writer_id() -> str:
+    return "bulk:" + datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%S") + "-" + uuid.uuid4().hex[:6]
+
+
+def stage_c_total(engine: sa.Engine, card_ids: Sequence[int] | None) -> int:
+    if card_ids is not None:
+        return len(card_ids)
+    with engine.connect() as conn:
+        return int(conn.execute(sa.select(sa.func.count()).select_from(Card).where(Card.stage_c_pending)).scalar_one())
+
+
+def run_bulk_stage_c(engine: sa.Engine, cfg: Settings, card_ids: Sequence[int] | None, limit: int | None,
+                     writer: str, advance: Callable[[int], None]) -> dict[str, Any]:
+    fetcher = ImageFetcher.from_settings(cfg, engine)
+    try:
+        report = run_stage_c(engine, card_ids, writer=writer, run_id=writer, fetcher=fetcher, limit=limit,
+                             progress=advance)
+    finally:
+        fetcher.close()
+    data = {k: v for k, v in vars(report).items() if k not in ("lockout", "deferred_card_ids")}
+    data["deferred"] = len(report.deferred_card_ids)
+    data["lockout"] = None if report.lockout is None else {
+        "host": report.lockout.host, "status_code": report.lockout.status_code, "card_id": report.lockout.card_id}
+    return data
+
+
+STAGE_RUNNERS: dict[str, tuple[Callable[[sa.Engine, Sequence[int] | None], int], StageRunner]] = {
+    "c": (stage_c_total, run_bulk_stage_c),
+    "d": (stage_d_total, run_bulk_stage_d),
+}
+STAGE_RUNNERS["all"] = chain_stages(STAGE_RUNNERS["c"], STAGE_RUNNERS["d"])
+
+
+def read_card_ids(path: Path) -> list[int]:
+    """Card ids from a file: integers separated by whitespace or commas; '#' starts a comment."""
+    try:
+        text = path.read_text(encoding="utf-8")
+    except OSError as exc:
+        raise CliError(f"cannot read --card-ids file {path}: {exc.strerror or exc}") from None
+    ids: list[int] = []
+    for number, line in enumerate(text.splitlines(), start=1):
+        for token in line.split("#", 1)[0].replace(",", " ").split():
+            if not token.isdigit():
+                raise CliError(f"{path}:{number}: {token!r} is not a card id")
+            ids.append(int(token))
+    return list(dict.fromkeys(ids))
+
+
+def bulk(
+    stage: Annotated[str, typer.Option("--stage", help="Which stage to run: " + ", ".join(STAGE_RUNNERS))] = "c",
+    limit: Annotated[int | None, typer.Option("--limit", min=1, help="Stop after this many cards.")] = None,
+    card_ids_file: Annotated[Path | None, typer.Option("--card-ids", help="File of card ids to process.")] = None,
+    as_json: Annotated[bool, typer.Option("--json", help="Print the report as JSON.")] = False,
+) -> None:
+    """Run a stage over its backlog (or the given cards) at full speed, with a progress bar."""
+    if stage not in STAGE_RUNNERS:
+        raise CliError(f"unknown --stage {stage!r}; expected one of: {', '.join(STAGE_RUNNERS)}")
+    card_ids = read_card_ids(card_ids_file) if card_ids_file is not None else None
+    cfg = settings()
+    engine = catalog_engine(cfg)
+    count, runner = STAGE_RUNNERS[stage]
+    total = count(engine, card_ids)
+    if limit is not None:
+        total = min(total, limit)
+    writer = bulk_writer_id()
+    columns = (TextColumn(f"stage {stage}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
+    with Progress(*columns, transient=as_json, disable=as_json) as bar:
+        task = bar.add_task("cards", total=total)
+        result = runner(engine, cfg, card_ids, limit, writer, lambda n: bar.advance(task, n))
+    result = {"stage": stage, "writer": writer, **result}
+    if as_json:
+        typer.echo(json.dumps(result, sort_keys=True))
+    else:
+        typer.echo(" ".join(f"{k}={v}" for k, v in result.items()))
+    if result.get("lockout"):
+        raise typer.Exit(code=2)

@@ -1,0 +1,45 @@
+"""``stage-e evaluate LABELS``: how stored evidence and votes compare with a ground-truth label file.
+
+Each stage contributes one section through :data:`EVALUATORS`; adding a stage is one entry.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Annotated, Any, Callable
+
+import sqlalchemy as sa
+import typer
+from rich.console import Console
+
+from ..evaluation.labels import LabelFileError, load_labels
+from ..evaluation.report import flatten, render_tables
+from ..evaluation.stage_c import evaluate_stage_c
+from ..evaluation.stage_d import evaluate_stage_d
+from .context import catalog_engine
+from .errors import CliError
+
+Evaluator = Callable[[sa.Engine, list[dict[str, Any]]], dict[str, Any]]
+
+EVALUATORS: dict[str, Evaluator] = {
+    "Stage C evidence": evaluate_stage_c,
+    "Stage D votes": evaluate_stage_d,
+}
+
+
+def evaluate(
+    labels: Annotated[Path, typer.Argument(help="Label file: one JSON object per line with an 'identifier'.")],
+    as_json: Annotated[bool, typer.Option("--json", help="Print one flat JSON object.")] = False,
+) -> None:
+    """Report accuracy of the stored evidence (and votes) against LABELS."""
+    try:
+        rows = load_labels(labels)
+    except LabelFileError as exc:
+        raise CliError(str(exc)) from None
+    engine = catalog_engine()
+    sections = {title: evaluator(engine, rows) for title, evaluator in EVALUATORS.items()}
+    if as_json:
+        typer.echo(json.dumps(flatten(sections), sort_keys=True))
+    else:
+        render_tables(Console(), sections)

@@ -1,0 +1,1 @@
+"""Sensors, one per module."""

@@ -1,0 +1,23 @@
+"""``card_created_sensor``: new cards from any writer, then the rest of the Stage C backlog.
+
+The cursor (highest card id requested) only puts the newest cards first. It is not what keeps
+cards from being lost: a card whose insert commits after a higher id was seen is still in the
+state-based Stage C backlog, which every tick fills from.
+"""
+
+from dagster import DefaultSensorStatus, SensorEvaluationContext, SensorResult, SkipReason, sensor
+
+from ...catalog.backlog import STAGE_C_PENDING
+from ..jobs import stage_e_dispatch
+from ..resources import StageEResource
+from .dispatching import dispatch_tick
+
+
+@sensor(
+    job=stage_e_dispatch,
+    minimum_interval_seconds=5,
+    default_status=DefaultSensorStatus.RUNNING,
+    description="Batches new cards (then the Stage C backlog) into micro-batch runs. Skips while streaming is off.",
+)
+def card_created_sensor(context: SensorEvaluationContext, stage_e: StageEResource) -> SensorResult | SkipReason:
+    return dispatch_tick(context, stage_e, predicate=STAGE_C_PENDING, trigger_reason="card-created", use_cursor=True)

@@ -1,0 +1,22 @@
+"""Run tags shared by the sensors, the sweep and the run-end sensor."""
+
+from __future__ import annotations
+
+from ..settings import Settings
+
+DISPATCH_POOL = "stage_e_dispatch"
+DISPATCH_TAG = "stage_e/dispatch"  # on every dispatch run, sensor-launched or backfill
+TRIGGER_TAG = "stage_e/trigger_reason"
+ATTEMPT_TAG = "stage_e/attempt"
+PARTITION_TAG = "dagster/partition"
+
+
+def dispatch_tags(settings: Settings, *, trigger_reason: str, attempt: int | None = None) -> dict[str, str]:
+    tags = {
+        DISPATCH_TAG: "micro-batch",
+        TRIGGER_TAG: trigger_reason,
+        "dagster/max_runtime": str(settings.run_max_runtime_s),
+    }
+    if attempt is not None:
+        tags[ATTEMPT_TAG] = str(attempt)
+    return tags

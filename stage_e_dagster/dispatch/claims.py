@@ -1,0 +1,85 @@
+"""Claims: a batch leases its cards so no other batch takes them while it is in flight.
+
+On PostgreSQL candidates are read ``FOR UPDATE SKIP LOCKED`` and the claim is a conditional
+upsert, so concurrent selectors get disjoint cards; on SQLite every transaction holds the write
+lock from its start, which makes the same conditional upsert enough. An expired lease frees the card.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Sequence
+
+import sqlalchemy as sa
+from sqlalchemy.dialects import postgresql, sqlite
+from sqlalchemy.orm import Session
+
+from ..catalog.models import Card, CardClaim
+
+
+def _insert(session: Session):  # type: ignore[no-untyped-def]
+    return (postgresql if session.get_bind().dialect.name == "postgresql" else sqlite).insert
+
+
+def unclaimed_card_ids(
+    session: Session,
+    predicate: sa.ColumnElement[bool],
+    *,
+    now: datetime,
+    limit: int,
+    after_id: int = 0,
+    exclude: Sequence[int] = (),
+) -> list[int]:
+    """Up to ``limit`` ids matching ``predicate`` above ``after_id``, in id order, that no live claim holds."""
+    if limit <= 0:
+        return []
+    query = (
+        sa.select(Card.id)
+        .outerjoin(CardClaim, CardClaim.card_id == Card.id)
+        .where(predicate, Card.id > after_id, sa.or_(CardClaim.card_id.is_(None), CardClaim.expires_at <= now))
+        .order_by(Card.id)
+        .limit(limit)
+    )
+    if exclude:
+        query = query.where(Card.id.not_in(list(exclude)))
+    if session.get_bind().dialect.name == "postgresql":
+        query = query.with_for_update(of=Card, skip_locked=True)
+    return list(session.execute(query).scalars())
+
+
+def claim_cards(
+    session: Session, card_ids: Sequence[int], *, batch_key: str, expires_at: datetime, now: datetime
+) -> list[int]:
+    """Lease the cards to ``batch_key``; returns the ids actually claimed (free or expired before)."""
+    if not card_ids:
+        return []
+    insert = _insert(session)
+    stmt = insert(CardClaim).values(
+        [{"card_id": cid, "batch_key": batch_key, "expires_at": expires_at} for cid in card_ids]
+    )
+    stmt = stmt.on_conflict_do_update(
+        index_elements=[CardClaim.card_id],
+        set_={"batch_key": stmt.excluded.batch_key, "expires_at": stmt.excluded.expires_at},
+        where=CardClaim.expires_at <= now,
+    ).returning(CardClaim.card_id)
+    return sorted(session.execute(stmt).scalars())
+
+
+def transfer_claims(session: Session, *, from_key: str, to_key: str, expires_at: datetime) -> int:
+    """Hand a batch's leases to its retry (or to the parking lot)."""
+    result = session.execute(
+        sa.update(CardClaim).where(CardClaim.batch_key == from_key).values(batch_key=to_key, expires_at=expires_at)
+    )
+    return result.rowcount or 0
+
+
+def extend_claims(session: Session, batch_key: str, *, expires_at: datetime) -> int:
+    result = session.execute(
+        sa.update(CardClaim).where(CardClaim.batch_key == batch_key).values(expires_at=expires_at)
+    )
+    return result.rowcount or 0
+
+
+def release_claims(session: Session, batch_key: str) -> int:
+    result = session.execute(sa.delete(CardClaim).where(CardClaim.batch_key == batch_key))
+    return result.rowcount or 0

@@ -1,0 +1,89 @@
+"""The ledger row of a micro-batch: fixed snake_case keys, zeros included, numbers kept numeric.
+
+The Dagster assets attach these dicts as materialization metadata, so the UI plots every
+numeric field across batches; ``stage-e ledger`` reads them back from the event log.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from .. import __version__
+from ..stage_c.manifest import MANIFEST_VERSIONS
+from ..stage_c.run import StageCReport
+from ..stage_d.run import StageDReport
+from .conveyor import BatchInfo
+
+CODE_VERSION = f"stage-e-dagster {__version__}; manifest " + ",".join(
+    f"{k}={v}" for k, v in MANIFEST_VERSIONS.items()
+)
+
+STAGE_C_FIELDS = (
+    "stage_c_completed", "stage_c_skipped_current", "stage_c_fetch_failures", "stage_c_throttled", "stage_c_terminal",
+)
+STAGE_D_FIELDS = (
+    "stage_d_join_key_votes", "stage_d_fallback_votes", "stage_d_slow_path_routed", "stage_d_abstentions",
+    "consensus_changed",
+)
+
+
+def _common(batch: BatchInfo, *, peak_rss_mb: float | None, elapsed_s: float, lockout_trip_id: str | None) -> dict[str, Any]:
+    return {
+        "card_count": len(batch.card_ids),
+        "trigger_reason": batch.trigger_reason,
+        "attempt": batch.attempt,
+        "peak_rss_mb": round(peak_rss_mb or 0.0, 1),
+        "elapsed_s": round(elapsed_s, 3),
+        "lockout_trip_id": lockout_trip_id or "",
+        "code_version": CODE_VERSION,
+    }
+
+
+def stage_c_row(
+    batch: BatchInfo, report: StageCReport, *, peak_rss_mb: float | None, elapsed_s: float, lockout_trip_id: str | None
+) -> dict[str, Any]:
+    row = _common(batch, peak_rss_mb=peak_rss_mb, elapsed_s=elapsed_s, lockout_trip_id=lockout_trip_id)
+    row.update(
+        stage_c_completed=report.completed,
+        stage_c_skipped_current=report.skipped_current,
+        stage_c_fetch_failures=report.fetch_failures,
+        stage_c_throttled=report.throttled,
+        stage_c_terminal=report.terminal,
+    )
+    return row
+
+
+def stage_d_row(
+    batch: BatchInfo,
+    report: StageDReport,
+    *,
+    peak_rss_mb: float | None,
+    elapsed_s: float,
+    lockout_trip_id: str | None,
+    envelope_trip_id: str | None,
+) -> dict[str, Any]:
+    row = _common(batch, peak_rss_mb=peak_rss_mb, elapsed_s=elapsed_s, lockout_trip_id=lockout_trip_id)
+    row.update(
+        stage_d_join_key_votes=report.join_key_votes,
+        stage_d_fallback_votes=report.fallback_votes,
+        stage_d_slow_path_routed=report.slow_path_routed,
+        stage_d_abstentions=report.abstentions,
+        consensus_changed=report.consensus_changed,
+        envelope_trip_id=envelope_trip_id or "",
+    )
+    return row
+
+
+def failure_row(
+    *, batch_key: str, card_count: int, trigger_reason: str, attempt: int, run_id: str, failure_reason: str,
+    retry_batch_key: str | None,
+) -> dict[str, Any]:
+    return {
+        "card_count": card_count,
+        "trigger_reason": trigger_reason,
+        "attempt": attempt,
+        "run_id": run_id,
+        "failure_reason": failure_reason[:2000],
+        "retry_batch_key": retry_batch_key or "",
+        "batch_key": batch_key,
+    }

@@ -1,0 +1,75 @@
+"""The backstop sweep's walk: a persistent cursor over the whole backlog, empty only after a full lap.
+
+A wrap of the cursor is not "done": the sweep says the backlog is empty only when one complete
+lap, from id 0 to the end, found nothing to batch.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import datetime
+
+import sqlalchemy as sa
+from sqlalchemy.orm import Session
+
+from ..catalog.backlog import STAGE_C_PENDING, STAGE_D_PENDING
+from ..catalog.models import MicroBatch, SweepCursor
+from .batches import record_batch
+from .claims import unclaimed_card_ids
+from .sizing import BatchPlan
+
+SWEEP_CURSOR = "backstop"
+SWEEP_TRIGGER = "backstop-sweep"
+ANY_BACKLOG = sa.or_(STAGE_C_PENDING, STAGE_D_PENDING)
+
+
+@dataclass
+class SweepWalk:
+    batches: list[MicroBatch] = field(default_factory=list)
+    laps_completed: int = 0
+    empty_after_full_lap: bool = False
+    position: int = 0
+
+
+def _cursor(session: Session) -> SweepCursor:
+    cursor = session.get(SweepCursor, SWEEP_CURSOR, with_for_update=True)
+    if cursor is None:
+        cursor = SweepCursor(name=SWEEP_CURSOR, position=0, lap=0, found_this_lap=0)
+        session.add(cursor)
+        session.flush()
+    return cursor
+
+
+def _backlog_exists(session: Session) -> bool:
+    return session.execute(sa.select(sa.literal(1)).where(sa.exists().where(ANY_BACKLOG))).first() is not None
+
+
+def walk_backlog(session: Session, plan: BatchPlan, *, now: datetime, claim_ttl_s: int) -> SweepWalk:
+    """Batch up to ``plan.max_batches`` from the cursor on; wraps at the end and stops after one empty lap."""
+    cursor = _cursor(session)
+    walk = SweepWalk()
+    while len(walk.batches) < plan.max_batches:
+        ids = unclaimed_card_ids(session, ANY_BACKLOG, now=now, limit=plan.batch_size, after_id=cursor.position)
+        if ids:
+            batch = record_batch(session, ids, trigger_reason=SWEEP_TRIGGER, now=now, claim_ttl_s=claim_ttl_s)
+            cursor.position = max(ids)
+            if batch is not None:
+                walk.batches.append(batch)
+                cursor.found_this_lap += len(batch.card_ids)
+            if len(ids) == plan.batch_size:
+                continue
+        # The end of the catalogue: one lap is over. Every lap starts at id 0, so a lap that batched
+        # nothing, while no card waits at all (claimed ones included), is a full observed empty lap.
+        lap_batched = cursor.found_this_lap
+        cursor.lap += 1
+        cursor.position = 0
+        cursor.found_this_lap = 0
+        walk.laps_completed += 1
+        if lap_batched == 0:
+            walk.empty_after_full_lap = not _backlog_exists(session)
+            break
+        if walk.laps_completed >= 2:
+            break
+    cursor.updated_at = now
+    walk.position = cursor.position
+    return walk

@@ -1,0 +1,59 @@
+"""Decode fetched bytes into an image, with guards against decompression bombs and truncated files."""
+
+from __future__ import annotations
+
+import io
+import warnings
+from dataclasses import dataclass
+
+from PIL import Image, UnidentifiedImageError
+
+# A 600 DPI card with bleed is about 4,200 x 5,700 = 24 Mpx; far beyond that is a bomb, not a card.
+DEFAULT_MAX_PIXELS = 40_000_000
+
+
+@dataclass(frozen=True)
+class Decoded:
+    """A decoded RGB image, or the named reason there is none."""
+
+    image: Image.Image | None
+    image_format: str | None
+    error: str | None  # not-an-image | truncated-image | decompression-bomb
+    width: int | None = None
+    height: int | None = None
+
+    @property
+    def truncated(self) -> bool:
+        return self.error == "truncated-image"
+
+
+def decode_image(data: bytes, *, max_pixels: int = DEFAULT_MAX_PIXELS) -> Decoded:
+    """Open and fully load ``data``; the pixel count is checked from the header before any pixel is decoded."""
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("error", Image.DecompressionBombWarning)
+            image = Image.open(io.BytesIO(data))
+    except (Image.DecompressionBombError, Image.DecompressionBombWarning):
+        return Decoded(None, None, "decompression-bomb")
+    except (UnidentifiedImageError, OSError, SyntaxError, ValueError):
+        return Decoded(None, None, "not-an-image")
+    width, height = image.size
+    fmt = image.format
+    if width <= 0 or height <= 0:
+        return Decoded(None, fmt, "not-an-image", width, height)
+    if width * height > max_pixels:
+        return Decoded(None, fmt, "decompression-bomb", width, height)
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("error", Image.DecompressionBombWarning)
+            image.load()
+    except OSError as exc:
+        kind = "truncated-image" if "truncated" in str(exc).lower() or "broken data stream" in str(exc).lower() else "not-an-image"
+        return Decoded(None, fmt, kind, width, height)
+    except (Image.DecompressionBombError, Image.DecompressionBombWarning):
+        return Decoded(None, fmt, "decompression-bomb", width, height)
+    except (SyntaxError, ValueError, EOFError):
+        return Decoded(None, fmt, "not-an-image", width, height)
+    if image.mode != "RGB":
+        image = image.convert("RGB")
+    return Decoded(image, fmt, None, width, height)

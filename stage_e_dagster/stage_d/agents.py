@@ -1,0 +1,44 @@
+"""Stable identities of the Stage D calculators and the named reasons they abstain with.
+
+An agent id never changes between runs: idempotence, pooling and the pass markers rely on it.
+Bump the suffix only when a calculator's rules change enough that its past passes should be redone.
+"""
+
+from __future__ import annotations
+
+JOIN_KEY_AGENT = "stage-d-join-key-v1"
+FALLBACK_AGENT = "stage-d-fallback-v1"
+SLOW_PATH_AGENT = "stage-d-slow-path-v1"
+MACHINE_AGENT_PREFIX = "stage-d-"
+MACHINE_SOURCE = "ocr"
+
+# Pass outcomes that are not abstentions.
+OUTCOME_VOTE = "vote"
+OUTCOME_NO_MATCH = "no-match"
+OUTCOME_TO_REVIEW = "to-review"
+
+# Abstention reasons (scan-log ``reason`` values).
+UNREADABLE_IMAGE = "unreadable-image"      # terminal evidence: the fetch failed or the image did not decode
+TRUNCATED_IMAGE = "truncated-image"
+NO_CANDIDATES = "no-candidates"            # the card's name matches no printing in the catalogue
+LOW_DPI = "low-dpi"                        # below 200 dpi the collector line is not trusted
+NO_TEXT = "no-text"                        # no collector number was read
+AMBIGUOUS = "ambiguous"                    # more than one printing fits
+LANGUAGE_MISMATCH = "language-mismatch"
+UNKNOWN_SET_CODE = "unknown-set-code"      # the read set code is not in the catalogue's lexicon
+NUMBER_NOT_IN_SET = "number-not-in-set"    # the name is in the read set, under another number: likely a misread
+NO_SET_CODE_NO_MATCH = "no-set-code-no-match"
+BORDER_MISMATCH = "border-mismatch"
+FRAME_MISMATCH = "frame-mismatch"
+COPYRIGHT_YEAR_MISMATCH = "copyright-year-mismatch"
+NO_ART_HASH = "no-art-hash"                # fallback: no art hash on the card or on any candidate
+ELIMINATED = "eliminated"                  # fallback: no candidate is near enough in art
+
+# Join-key outcomes that hand a card to the fallback (it could not place the card).
+JOIN_KEY_UNPLACED = frozenset(
+    {
+        OUTCOME_NO_MATCH, NO_CANDIDATES, LOW_DPI, NO_TEXT, AMBIGUOUS, LANGUAGE_MISMATCH,
+        UNKNOWN_SET_CODE, NUMBER_NOT_IN_SET, NO_SET_CODE_NO_MATCH, BORDER_MISMATCH,
+        FRAME_MISMATCH, COPYRIGHT_YEAR_MISMATCH, TRUNCATED_IMAGE, UNREADABLE_IMAGE,
+    }
+)

@@ -1,0 +1,58 @@
+"""What a calculator decided for one card: a printing vote, a no-match vote, or a named abstention."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from difflib import SequenceMatcher
+from typing import Any
+
+from .agents import OUTCOME_NO_MATCH, OUTCOME_VOTE
+
+ARTIST_MATCH_RATIO = 0.8
+BORDER_VOCABULARY = frozenset({"black", "white", "silver", "borderless", "gold"})
+
+
+@dataclass(frozen=True)
+class Decision:
+    kind: str                      # "vote", "no-match" or "abstain"
+    printing_id: int | None = None
+    confidence: float | None = None
+    reason: str | None = None      # the abstention reason
+    detail: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def outcome(self) -> str:
+        """The pass-marker outcome: ``vote``, ``no-match`` or the abstention reason."""
+        return self.reason if self.kind == "abstain" else self.kind  # type: ignore[return-value]
+
+    @property
+    def is_vote(self) -> bool:
+        return self.kind in (OUTCOME_VOTE, OUTCOME_NO_MATCH)
+
+
+def vote(printing_id: int, confidence: float, **detail: Any) -> Decision:
+    return Decision(OUTCOME_VOTE, printing_id=printing_id, confidence=confidence, detail=detail)
+
+
+def no_match(confidence: float, **detail: Any) -> Decision:
+    return Decision(OUTCOME_NO_MATCH, confidence=confidence, detail=detail)
+
+
+def abstain(reason: str, **detail: Any) -> Decision:
+    return Decision("abstain", reason=reason, detail=detail)
+
+
+def artist_ratio(read: str | None, printed: str | None) -> float | None:
+    """Fuzzy similarity of an OCR'd artist credit and a printing's artist; None when either is blank."""
+    if not read or not printed:
+        return None
+    return SequenceMatcher(None, read.strip().lower(), printed.strip().lower()).ratio()
+
+
+def border_known(value: str | None) -> str | None:
+    value = (value or "").strip().lower()
+    return value if value in BORDER_VOCABULARY else None
+
+
+def image_unreadable(evidence: Any) -> bool:
+    return bool(evidence.terminal) or evidence.fetch_ok is False

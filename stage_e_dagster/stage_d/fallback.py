@@ -1,0 +1,59 @@
+"""The fallback calculator, for cards the join key could not place: art hash plus sub-checks.
+
+Candidates are the printings of the card's name. Border colour and the artist credit narrow them
+when they give a reading (a reading that fits no candidate is treated as an OCR miss, not as a
+veto); the art perceptual hash then has to single out exactly one printing, near enough and by a
+clear margin over the next. It never votes no-match.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Sequence
+
+from . import agents as A
+from .decision import Decision, abstain, artist_ratio, border_known, image_unreadable, vote, ARTIST_MATCH_RATIO
+from .facts import PrintingFacts
+from ..stage_c.hashing import hamming
+
+ART_MAX_DISTANCE = 10      # of 64 bits: re-encoded, rescaled uploads of the same art stay well inside
+ART_MARGIN = 8             # the runner-up must be at least this much further away
+CONFIDENCE_SEVERAL_READINGS = 0.8
+CONFIDENCE_ART_ONLY = 0.7
+
+
+def decide_fallback(evidence: Any, candidates: Sequence[PrintingFacts]) -> Decision:
+    if image_unreadable(evidence):
+        return abstain(A.UNREADABLE_IMAGE)
+    if evidence.is_truncated:
+        return abstain(A.TRUNCATED_IMAGE)
+    if not candidates:
+        return abstain(A.NO_CANDIDATES)
+    readings = ["art"]
+    plausible = list(candidates)
+
+    seen_border = border_known(evidence.layout_class)
+    if seen_border:
+        if any(border_known(c.border_color) == seen_border for c in plausible):
+            plausible = [c for c in plausible if border_known(c.border_color) in (seen_border, None)]
+            readings.append("border")
+
+    artist_fits = [c for c in plausible if (artist_ratio(evidence.artist_name, c.artist) or 0) >= ARTIST_MATCH_RATIO]
+    if artist_fits:
+        plausible = artist_fits
+        readings.append("artist")
+
+    if evidence.art_phash is None:
+        return abstain(A.NO_ART_HASH)
+    ranked = sorted(
+        (hamming(evidence.art_phash, c.art_phash), c.id) for c in plausible if c.art_phash is not None
+    )
+    if not ranked:
+        return abstain(A.NO_ART_HASH)
+    best_distance, best_id = ranked[0]
+    detail = {"distances": [d for d, _ in ranked[:5]], "readings": readings}
+    if best_distance > ART_MAX_DISTANCE:
+        return abstain(A.ELIMINATED, **detail)
+    if len(ranked) > 1 and ranked[1][0] - best_distance < ART_MARGIN:
+        return abstain(A.AMBIGUOUS, **detail)
+    confidence = CONFIDENCE_SEVERAL_READINGS if len(readings) >= 2 else CONFIDENCE_ART_ONLY
+    return vote(best_id, confidence, **detail)

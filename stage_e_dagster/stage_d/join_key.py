@@ -1,0 +1,91 @@
+"""The join-key calculator: (set code, collector number) within the printings of the card's name.
+
+Pure: it takes a card's stored evidence and its name-scoped candidates and returns a decision.
+A match must also pass the agreement checks (truncation, border colour, frame, copyright year);
+an artist disagreement keeps the vote at lower confidence. It votes no-match only when the read
+set code is a real set that holds no printing of this name; an unknown set code abstains.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Sequence
+
+from . import agents as A
+from .decision import Decision, abstain, artist_ratio, border_known, image_unreadable, no_match, vote, ARTIST_MATCH_RATIO
+from .facts import PrintingFacts
+from .names import normalize_collector_number
+
+MIN_TRUSTED_DPI = 200
+COPYRIGHT_SLACK_YEARS = 2
+OLD_FRAMES = frozenset({"1993", "1997"})
+
+CONFIDENCE_SET_AND_NUMBER = 0.85
+CONFIDENCE_NUMBER_ONLY = 0.75
+CONFIDENCE_ARTIST_DISAGREES = 0.65
+CONFIDENCE_NO_MATCH = 0.6
+
+
+def decide_join_key(
+    evidence: Any, candidates: Sequence[PrintingFacts], lexicon: frozenset[str], dpi: int | None = None
+) -> Decision:
+    """Decide one card. ``evidence`` is its current ImageEvidence (or anything with the same fields)."""
+    if image_unreadable(evidence):
+        return abstain(A.UNREADABLE_IMAGE)
+    if evidence.is_truncated:
+        return abstain(A.TRUNCATED_IMAGE)
+    if not candidates:
+        return abstain(A.NO_CANDIDATES)
+    if dpi is not None and dpi < MIN_TRUSTED_DPI:
+        return abstain(A.LOW_DPI, dpi=dpi)
+    number = normalize_collector_number(evidence.collector_number)
+    if not number:
+        return abstain(A.NO_TEXT)
+    set_code = (evidence.collector_set_code or "").strip().lower() or None
+    read = {"set_code": set_code, "number": number}
+
+    hits = [c for c in candidates if c.number_key == number and (set_code is None or c.set_code == set_code)]
+    lang = (evidence.collector_language or "").strip().lower() or None
+    if hits and lang:
+        same_lang = [c for c in hits if c.lang == lang]
+        if not same_lang:
+            return abstain(A.LANGUAGE_MISMATCH, lang=lang, **read)
+        hits = same_lang
+    elif len(hits) > 1 and len({c.lang for c in hits}) > 1:
+        english = [c for c in hits if c.lang == "en"]
+        hits = english if len(english) == 1 else hits
+
+    if not hits:
+        if set_code is None:
+            return abstain(A.NO_SET_CODE_NO_MATCH, **read)
+        if set_code not in lexicon:
+            return abstain(A.UNKNOWN_SET_CODE, **read)
+        if any(c.set_code == set_code for c in candidates):
+            return abstain(A.NUMBER_NOT_IN_SET, **read)
+        return no_match(CONFIDENCE_NO_MATCH, **read)
+    if len(hits) > 1:
+        return abstain(A.AMBIGUOUS, hits=[c.id for c in hits], **read)
+
+    printing = hits[0]
+    failed = agreement_failure(evidence, printing)
+    if failed is not None:
+        return abstain(failed, printing_id=printing.id, **read)
+    confidence = CONFIDENCE_SET_AND_NUMBER if set_code else CONFIDENCE_NUMBER_ONLY
+    ratio = artist_ratio(evidence.artist_name, printing.artist)
+    if ratio is not None and ratio < ARTIST_MATCH_RATIO:
+        confidence = CONFIDENCE_ARTIST_DISAGREES
+    return vote(printing.id, confidence, **read)
+
+
+def agreement_failure(evidence: Any, printing: PrintingFacts) -> str | None:
+    """The first agreement check the would-be match fails, or None when it passes them all."""
+    seen_border = border_known(evidence.layout_class)
+    printed_border = border_known(printing.border_color)
+    if seen_border and printed_border and seen_border != printed_border:
+        return A.BORDER_MISMATCH
+    # A parsed collector number means a modern bottom line; 1993/1997 frames print none this way.
+    if printing.frame in OLD_FRAMES:
+        return A.FRAME_MISMATCH
+    year = evidence.copyright_year
+    if year and printing.released_at is not None and year < printing.released_at.year - COPYRIGHT_SLACK_YEARS:
+        return A.COPYRIGHT_YEAR_MISMATCH
+    return None

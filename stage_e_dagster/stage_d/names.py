@@ -1,0 +1,51 @@
+"""Card-name normalisation: the one rule that maps an upload's name and a printing's name to a key."""
+
+from __future__ import annotations
+
+import re
+import unicodedata
+
+_EXTENSION = re.compile(r"\.(png|jpe?g|webp|gif|bmp|tiff?)$", re.IGNORECASE)
+_COPY_SUFFIX = re.compile(r"\s*(-\s*copy(\s*\(\d+\))?|\(\d+\)|\bcopy)\s*$", re.IGNORECASE)
+_COPY_PREFIX = re.compile(r"^\s*copy of\s+", re.IGNORECASE)
+_JOINERS = re.compile(r"[-_/]+")
+_DROPPED = re.compile(r"[^\w\s]")
+_SPACES = re.compile(r"\s+")
+
+
+def normalize_name(name: str) -> str:
+    """Lower-case, accents and punctuation removed, single spaces: ``"Jötun Grunt"`` -> ``"jotun grunt"``."""
+    text = unicodedata.normalize("NFKD", name)
+    text = "".join(ch for ch in text if not unicodedata.combining(ch)).lower()
+    text = text.replace("’", "'").replace("'", "")
+    text = _JOINERS.sub(" ", text)
+    text = _DROPPED.sub(" ", text).replace("_", " ")
+    return _SPACES.sub(" ", text).strip()
+
+
+def face_names(name: str) -> list[str]:
+    """The faces of a multi-face name (``"Front // Back"``); a single-face name gives itself."""
+    return [part.strip() for part in name.split("//") if part.strip()]
+
+
+def strip_upload_noise(name: str) -> str:
+    """Remove what file uploads add to a name: an image extension, ``" (1)"``, ``" - Copy"``, ``"Copy of "``."""
+    text = name.strip()
+    while True:
+        stripped = _COPY_PREFIX.sub("", _COPY_SUFFIX.sub("", _EXTENSION.sub("", text))).strip()
+        if stripped == text:
+            return text
+        text = stripped
+
+
+def collapse(normalized: str) -> str:
+    """The spaceless form used to undo names whose spaces were lost (``"lightningbolt"``)."""
+    return normalized.replace(" ", "")
+
+
+def normalize_collector_number(number: str | None) -> str:
+    """Lower-case with leading zeros dropped (``"041"`` -> ``"41"``, ``"★007"`` -> ``"★7"``); blank for None."""
+    if not number:
+        return ""
+    text = number.strip().lower()
+    return re.sub(r"^([★*]?)0+(?=\d)", r"\1", text)

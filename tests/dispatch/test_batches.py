@@ -1,0 +1,158 @@
+"""Batch selection, claims, retries and the sweep walk, on SQLite and PostgreSQL."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+import sqlalchemy as sa
+
+from stage_e_dagster.catalog.backlog import STAGE_C_PENDING
+from stage_e_dagster.catalog.base import utcnow
+from stage_e_dagster.catalog.engine import session_scope
+from stage_e_dagster.catalog.models import Card, CardClaim, MicroBatch, ScanLog
+from stage_e_dagster.dispatch.batches import (
+    EXTERNAL_EVIDENCE_CHANGED,
+    PARKED_KEY,
+    abandon,
+    create_batches,
+    fail_and_retry,
+    mark_succeeded,
+)
+from stage_e_dagster.dispatch.keys import is_batch_key, new_batch_key, retry_key
+from stage_e_dagster.dispatch.sizing import BatchPlan
+from stage_e_dagster.dispatch.sweep import walk_backlog
+from tests.factories import insert_cards
+
+TTL = 600
+
+
+def make(engine: sa.Engine, plan: BatchPlan, *, seeds_after=None, predicate=STAGE_C_PENDING, now=None):
+    with session_scope(engine) as session:
+        made = create_batches(
+            session, predicate, plan, trigger_reason="card-created", now=now or utcnow(), claim_ttl_s=TTL,
+            seeds_after=seeds_after,
+        )
+        return [(b.batch_key, list(b.card_ids), b.attempt) for b in made.batches], made.highest_seed_id
+
+
+def test_keys_are_short_sortable_and_retries_get_new_keys() -> None:
+    now = utcnow()
+    key = new_batch_key(now, [3, 1, 2])
+    assert is_batch_key(key) and len(key) <= 32 and "..." not in key
+    assert key == new_batch_key(now, [1, 2, 3])
+    assert key != new_batch_key(now, [1, 2, 4])
+    assert retry_key(key, 2) == key + "-r2"
+    assert retry_key(key + "-r2", 3) == key + "-r3"
+    assert is_batch_key(retry_key(key, 2))
+
+
+def test_batches_are_bounded_and_claimed_cards_are_never_batched_twice(engine: sa.Engine) -> None:
+    ids = insert_cards(engine, 12)
+    first, _ = make(engine, BatchPlan(batch_size=5, max_batches=2))
+    assert [c for _, c, _ in first] == [ids[0:5], ids[5:10]]
+    second, _ = make(engine, BatchPlan(batch_size=5, max_batches=2))
+    assert [c for _, c, _ in second] == [ids[10:12]]
+    third, _ = make(engine, BatchPlan(batch_size=5, max_batches=2))
+    assert third == []
+
+
+def test_seeds_come_first_then_the_backlog_fills(engine: sa.Engine) -> None:
+    ids = insert_cards(engine, 10)
+    batches, highest = make(engine, BatchPlan(batch_size=4, max_batches=1), seeds_after=ids[7])
+    assert batches[0][1] == sorted([ids[8], ids[9], ids[0], ids[1]])
+    assert highest == ids[9]
+
+
+def test_an_expired_claim_frees_its_cards(engine: sa.Engine) -> None:
+    ids = insert_cards(engine, 3)
+    make(engine, BatchPlan(batch_size=3, max_batches=1))
+    assert make(engine, BatchPlan(batch_size=3, max_batches=1))[0] == []
+    later = utcnow() + timedelta(seconds=TTL + 1)
+    again, _ = make(engine, BatchPlan(batch_size=3, max_batches=1), now=later)
+    assert again[0][1] == ids
+
+
+def test_success_releases_claims_and_done_cards_leave_the_backlog(engine: sa.Engine) -> None:
+    ids = insert_cards(engine, 2)
+    [(key, cards, _)], _ = make(engine, BatchPlan(batch_size=5, max_batches=1))
+    with session_scope(engine) as session:
+        session.execute(sa.update(Card).where(Card.id.in_(cards)).values(stage_c_pending=False))
+        mark_succeeded(session, session.get(MicroBatch, key), now=utcnow(), peak_rss_mb=123.0)
+    with session_scope(engine) as session:
+        assert session.execute(sa.select(sa.func.count()).select_from(CardClaim)).scalar_one() == 0
+        assert session.get(MicroBatch, key).status == "succeeded"
+    assert make(engine, BatchPlan(batch_size=5, max_batches=1))[0] == []
+    assert ids == cards
+
+
+def test_a_failed_batch_retries_its_unfinished_cards_under_new_keys_then_parks_them(engine: sa.Engine) -> None:
+    ids = insert_cards(engine, 3)
+    [(key, _, _)], _ = make(engine, BatchPlan(batch_size=3, max_batches=1))
+    with session_scope(engine) as session:
+        session.execute(sa.update(Card).where(Card.id == ids[0]).values(stage_c_pending=False))
+    keys = [key]
+    for attempt in (2, 3):
+        with session_scope(engine) as session:
+            retry = fail_and_retry(
+                session, session.get(MicroBatch, keys[-1]), reason="RuntimeError: boom", now=utcnow(),
+                max_attempts=3, claim_ttl_s=TTL,
+            )
+            assert retry is not None and retry.attempt == attempt and retry.card_ids == ids[1:]
+            assert retry.batch_key == retry_key(key, attempt) and retry.retry_of == keys[-1]
+            keys.append(retry.batch_key)
+        # The unfinished cards stay claimed by the retry: no fresh batch takes them meanwhile.
+        assert make(engine, BatchPlan(batch_size=3, max_batches=1))[0] == []
+    with session_scope(engine) as session:
+        assert fail_and_retry(
+            session, session.get(MicroBatch, keys[-1]), reason="RuntimeError: boom", now=utcnow(),
+            max_attempts=3, claim_ttl_s=TTL,
+        ) is None
+    with session_scope(engine) as session:
+        statuses = [session.get(MicroBatch, k).status for k in keys]
+        assert statuses == ["failed", "failed", "failed"]
+        parked = session.execute(sa.select(CardClaim.card_id).where(CardClaim.batch_key == PARKED_KEY)).scalars().all()
+        assert sorted(parked) == ids[1:]
+        reasons = session.execute(sa.select(ScanLog.card_id, ScanLog.reason)).all()
+        assert sorted(reasons) == [(ids[1], "dispatch-attempts-exhausted"), (ids[2], "dispatch-attempts-exhausted")]
+    assert make(engine, BatchPlan(batch_size=3, max_batches=1))[0] == []
+
+
+def test_abandoning_puts_cards_back_in_the_backlog(engine: sa.Engine) -> None:
+    ids = insert_cards(engine, 2)
+    [(key, _, _)], _ = make(engine, BatchPlan(batch_size=2, max_batches=1))
+    with session_scope(engine) as session:
+        abandon(session, session.get(MicroBatch, key), reason="queued run cancelled", now=utcnow())
+    again, _ = make(engine, BatchPlan(batch_size=2, max_batches=1))
+    assert again[0][1] == ids and again[0][2] == 1
+
+
+def test_evidence_changed_selection_ignores_the_dispatchers_own_writes(engine: sa.Engine) -> None:
+    ids = insert_cards(engine, 3)
+    with engine.begin() as conn:
+        conn.execute(sa.update(Card).values(stage_c_pending=False, stage_d_pending=True))
+        conn.execute(sa.update(Card).where(Card.id == ids[0]).values(evidence_writer="dispatch:run-1"))
+        conn.execute(sa.update(Card).where(Card.id == ids[1]).values(evidence_writer="person:alice"))
+        conn.execute(sa.update(Card).where(Card.id == ids[2]).values(evidence_writer="bulk:20261201"))
+    batches, _ = make(engine, BatchPlan(batch_size=10, max_batches=1), predicate=EXTERNAL_EVIDENCE_CHANGED)
+    assert batches[0][1] == ids[1:]
+
+
+def test_sweep_walks_with_a_cursor_and_says_empty_only_after_a_full_lap(engine: sa.Engine) -> None:
+    ids = insert_cards(engine, 7)
+    plan = BatchPlan(batch_size=3, max_batches=2)
+
+    def walk():
+        with session_scope(engine) as session:
+            w = walk_backlog(session, plan, now=utcnow(), claim_ttl_s=TTL)
+            return [list(b.card_ids) for b in w.batches], w.empty_after_full_lap, w.laps_completed
+
+    assert walk() == ([ids[0:3], ids[3:6]], False, 0)
+    # The rest of the lap: one card, then the wrap; the lap found cards, so it is not empty, and
+    # the next lap finds only claimed cards: in flight, not an empty backlog.
+    batches, empty, laps = walk()
+    assert batches == [ids[6:7]] and not empty and laps == 2
+    # Everything is claimed now; mark it all done, then a full lap finds nothing.
+    with engine.begin() as conn:
+        conn.execute(sa.update(Card).values(stage_c_pending=False))
+    batches, empty, _ = walk()
+    assert batches == [] and empty

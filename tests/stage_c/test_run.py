@@ -1,0 +1,198 @@
+"""run_stage_c end to end on both back ends: evidence, skips, terminal records, lockout, throttling,
+retry budget, manifest staleness and image changes."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import sqlalchemy as sa
+from sqlalchemy.orm import Session
+
+from stage_e_dagster.catalog.models import Card, FetchOutcome, ImageEvidence
+from stage_e_dagster.stage_c.backlog import mark_image_changed, mark_stale_evidence
+from stage_e_dagster.stage_c.compute import locator_key, sha256_hex
+from stage_e_dagster.stage_c.manifest import MANIFEST_VERSIONS
+from stage_e_dagster.stage_c.run import run_stage_c
+
+from .conftest import make_fetcher
+
+
+def add_card(engine: sa.Engine, locator: str, *, name: str = "Card", declared: str | None = None) -> int:
+    with engine.begin() as conn:
+        return int(conn.execute(
+            sa.insert(Card).values(identifier=f"id-{locator}", name=name, image_locator=locator,
+                                   declared_content_hash=declared).returning(Card.id)
+        ).scalar_one())
+
+
+def card(engine: sa.Engine, card_id: int) -> Card:
+    with Session(engine) as s:
+        return s.get(Card, card_id)
+
+
+def evidence(engine: sa.Engine, card_id: int) -> list[ImageEvidence]:
+    with Session(engine) as s:
+        return list(s.execute(sa.select(ImageEvidence).where(ImageEvidence.card_id == card_id)).scalars())
+
+
+def outcomes(engine: sa.Engine) -> list[tuple[str, int | None]]:
+    with Session(engine) as s:
+        return [tuple(r) for r in s.execute(sa.select(FetchOutcome.outcome, FetchOutcome.card_id).order_by(FetchOutcome.id))]
+
+
+@pytest.fixture
+def root(tmp_path: Path, card_jpeg: bytes) -> Path:
+    root = tmp_path / "images"
+    root.mkdir()
+    (root / "good.jpg").write_bytes(card_jpeg)
+    (root / "trunc.jpg").write_bytes(card_jpeg[: len(card_jpeg) // 2])
+    (root / "html.jpg").write_bytes(b"<html>error</html>")
+    return root
+
+
+def test_good_card_gets_current_evidence_and_is_never_fetched_again(engine: sa.Engine, root: Path,
+                                                                     card_jpeg: bytes) -> None:
+    cid = add_card(engine, (root / "good.jpg").as_uri())
+    with make_fetcher(engine, [root]) as fetcher:
+        first = run_stage_c(engine, [cid], writer="dispatch:r1", run_id="r1", fetcher=fetcher, lexicon=frozenset())
+        again = run_stage_c(engine, [cid], writer="dispatch:r2", run_id="r2", fetcher=fetcher, lexicon=frozenset())
+        backlog = run_stage_c(engine, None, writer="bulk:b", run_id=None, fetcher=fetcher, lexicon=frozenset())
+    assert (first.attempted, first.completed, first.terminal) == (1, 1, 0)
+    assert (again.attempted, again.skipped_current, again.completed) == (1, 1, 0)
+    assert backlog.attempted == 0
+    assert outcomes(engine) == [("ok", cid)]  # exactly one fetch in three runs
+    c = card(engine, cid)
+    assert (c.content_hash, c.stage_c_pending, c.stage_d_pending, c.evidence_writer) == (
+        sha256_hex(card_jpeg), False, True, "dispatch:r1")
+    [row] = evidence(engine, cid)
+    assert row.extractor_versions == dict(MANIFEST_VERSIONS) and row.writer == "dispatch:r1" and row.run_id == "r1"
+
+
+def test_declared_hash_with_current_evidence_is_not_fetched(engine: sa.Engine, root: Path, card_jpeg: bytes) -> None:
+    first = add_card(engine, (root / "good.jpg").as_uri())
+    with make_fetcher(engine, [root]) as fetcher:
+        run_stage_c(engine, [first], writer="w", run_id=None, fetcher=fetcher, lexicon=frozenset())
+        # A writer re-points the card at a file it declares by hash; the evidence for that hash exists.
+        with Session(engine) as s, s.begin():
+            mark_image_changed(s, first, declared_content_hash=sha256_hex(card_jpeg))
+        report = run_stage_c(engine, [first], writer="w", run_id=None, fetcher=fetcher, lexicon=frozenset())
+    assert report.skipped_current == 1 and len(outcomes(engine)) == 1
+    assert card(engine, first).stage_c_pending is False
+
+
+@pytest.mark.parametrize(
+    ("name", "error", "truncated"),
+    [("missing.jpg", "not-found", False), ("trunc.jpg", "truncated-image", False),
+     ("html.jpg", "not-an-image", False)],
+)
+def test_bad_files_become_terminal_records_once(engine: sa.Engine, root: Path, name: str, error: str,
+                                                truncated: bool) -> None:
+    cid = add_card(engine, (root / name).as_uri())
+    with make_fetcher(engine, [root]) as fetcher:
+        report = run_stage_c(engine, [cid], writer="w", run_id=None, fetcher=fetcher, lexicon=frozenset())
+        again = run_stage_c(engine, None, writer="w", run_id=None, fetcher=fetcher, lexicon=frozenset())
+    assert (report.completed, report.terminal, report.fetch_failures) == (1, 1, 1)
+    assert again.attempted == 0
+    [row] = evidence(engine, cid)
+    assert row.terminal and row.fetch_ok is False and row.fetch_error_class == error
+    assert set(row.skip_reasons.values()) == {error} and row.extractor_versions == dict(MANIFEST_VERSIONS)
+    assert row.is_truncated is (error == "truncated-image")
+    assert outcomes(engine) == [("failed", cid)]
+    if name == "missing.jpg":
+        assert row.content_hash == locator_key((root / name).as_uri())
+    assert card(engine, cid).stage_c_pending is False
+
+
+def test_missing_file_comes_back_when_the_image_changes(engine: sa.Engine, root: Path, card_jpeg: bytes) -> None:
+    cid = add_card(engine, (root / "later.jpg").as_uri())
+    with make_fetcher(engine, [root]) as fetcher:
+        run_stage_c(engine, [cid], writer="w", run_id=None, fetcher=fetcher, lexicon=frozenset())
+        (root / "later.jpg").write_bytes(card_jpeg)
+        assert run_stage_c(engine, [cid], writer="w", run_id=None, fetcher=fetcher,
+                           lexicon=frozenset()).skipped_current == 1
+        with Session(engine) as s, s.begin():
+            mark_image_changed(s, cid)
+        report = run_stage_c(engine, None, writer="w", run_id=None, fetcher=fetcher, lexicon=frozenset())
+    assert (report.completed, report.terminal) == (1, 0)
+    rows = {r.content_hash: r for r in evidence(engine, cid)}
+    assert set(rows) == {locator_key((root / "later.jpg").as_uri()), sha256_hex(card_jpeg)}
+    assert card(engine, cid).content_hash == sha256_hex(card_jpeg)
+
+
+def test_http_lockout_stops_stage_c(engine: sa.Engine, image_host: str) -> None:
+    host = image_host.split("//", 1)[1]
+    ids = [add_card(engine, f"{image_host}/card.jpg?n={i}") for i in range(2)]
+    ids.insert(1, add_card(engine, f"{image_host}/forbidden.jpg"))
+    with make_fetcher(engine, [], [host]) as fetcher:
+        report = run_stage_c(engine, ids, writer="w", run_id="r", fetcher=fetcher, lexicon=frozenset())
+    assert report.lockout is not None and report.lockout.status_code == 403 and report.lockout.card_id == ids[1]
+    assert (report.attempted, report.completed) == (2, 1)
+    assert report.deferred_card_ids == ids[1:]
+    assert outcomes(engine) == [("ok", ids[0]), ("lockout", ids[1])]
+    assert evidence(engine, ids[1]) == [] and card(engine, ids[2]).stage_c_pending is True
+
+
+@pytest.mark.parametrize("path", ["/busy.jpg", "/unavailable.jpg"])
+def test_throttled_cards_are_deferred_not_failed(engine: sa.Engine, image_host: str, path: str) -> None:
+    cid = add_card(engine, image_host + path)
+    with make_fetcher(engine, [], [image_host.split("//", 1)[1]]) as fetcher:
+        report = run_stage_c(engine, [cid], writer="w", run_id=None, fetcher=fetcher, lexicon=frozenset())
+    assert (report.throttled, report.fetch_failures, report.deferred_card_ids) == (1, 0, [cid])
+    assert evidence(engine, cid) == [] and card(engine, cid).stage_c_pending is True
+    assert outcomes(engine) == [("throttled", cid)]
+    with engine.connect() as conn:  # the shared pacer backed off for every process
+        assert conn.execute(sa.text("SELECT interval_scale FROM fetch_pacer")).scalar_one() == 2.0
+
+
+def test_transient_failures_have_a_bounded_retry_budget(engine: sa.Engine, image_host: str) -> None:
+    cid = add_card(engine, f"{image_host}/broken.jpg")
+    with make_fetcher(engine, [], [image_host.split("//", 1)[1]]) as fetcher:
+        reports = [run_stage_c(engine, None, writer="w", run_id=None, fetcher=fetcher, lexicon=frozenset(),
+                               retry_budget=3) for _ in range(4)]
+    assert [(r.attempted, r.terminal) for r in reports] == [(1, 0), (1, 0), (1, 1), (0, 0)]
+    [row] = evidence(engine, cid)
+    assert row.terminal and row.fetch_error_class == "server-error"
+    assert [o for o, _ in outcomes(engine)] == ["failed"] * 3
+
+
+def test_not_allowed_host_is_terminal(engine: sa.Engine, image_host: str) -> None:
+    cid = add_card(engine, f"{image_host}/card.jpg")
+    with make_fetcher(engine, [], ["images.example.org"]) as fetcher:
+        report = run_stage_c(engine, [cid], writer="w", run_id=None, fetcher=fetcher, lexicon=frozenset())
+    assert report.terminal == 1 and evidence(engine, cid)[0].fetch_error_class == "host-not-allowed"
+
+
+def test_stale_extractor_is_recomputed_alone(engine: sa.Engine, root: Path) -> None:
+    cid = add_card(engine, (root / "good.jpg").as_uri())
+    with make_fetcher(engine, [root]) as fetcher:
+        run_stage_c(engine, [cid], writer="w1", run_id=None, fetcher=fetcher, lexicon=frozenset())
+        [row] = evidence(engine, cid)
+        real_phash = row.symbol_phash
+        # As if the manifest had moved symbol_region past the stored version: the stored value is
+        # stale; a sentinel in a current field shows that field is carried forward, not recomputed.
+        versions = dict(row.extractor_versions, symbol_region="symbol-region-v0")
+        with engine.begin() as conn:
+            conn.execute(sa.update(ImageEvidence).where(ImageEvidence.id == row.id).values(
+                extractor_versions=versions, symbol_phash=1, collector_number="sentinel"))
+        assert mark_stale_evidence(engine) == 1
+        assert mark_stale_evidence(engine) == 0
+        report = run_stage_c(engine, None, writer="w2", run_id=None, fetcher=fetcher, lexicon=frozenset())
+    assert report.completed == 1
+    [row] = evidence(engine, cid)
+    assert row.symbol_phash == real_phash and row.collector_number == "sentinel"
+    assert row.extractor_versions == dict(MANIFEST_VERSIONS) and row.writer == "w2"
+
+
+def test_limit_progress_and_stop(engine: sa.Engine, root: Path) -> None:
+    ids = [add_card(engine, (root / f"nope{i}.jpg").as_uri()) for i in range(5)]
+    ticks: list[int] = []
+    with make_fetcher(engine, [root]) as fetcher:
+        limited = run_stage_c(engine, None, writer="w", run_id=None, fetcher=fetcher, lexicon=frozenset(), limit=2,
+                              progress=ticks.append)
+        assert limited.attempted == 2 and ticks == [1, 1]
+        # The stop signal turns true after one more card: that card is done, the rest are deferred.
+        stopped = run_stage_c(engine, ids, writer="w", run_id=None, fetcher=fetcher, lexicon=frozenset(),
+                              should_stop=lambda: len(ticks) >= 3, progress=ticks.append)
+    assert (stopped.attempted, stopped.skipped_current) == (1, 1)
+    assert stopped.deferred_card_ids == ids[1:]

@@ -1,0 +1,69 @@
+"""Builders that put a small real catalogue, cards and evidence rows into a test database."""
+
+from __future__ import annotations
+
+import itertools
+from datetime import date
+from typing import Any
+
+import sqlalchemy as sa
+from sqlalchemy.orm import Session
+
+from stage_e_dagster.catalog.models import Card, Expansion, ImageEvidence, Printing
+from stage_e_dagster.stage_c.manifest import MANIFEST_VERSIONS
+from stage_e_dagster.stage_d.names import normalize_name
+
+_seq = itertools.count(1)
+
+
+class CatalogueBuilder:
+    def __init__(self, engine: sa.Engine) -> None:
+        self.engine = engine
+        self.expansions: dict[str, int] = {}
+
+    def expansion(self, code: str, released: date = date(2020, 1, 1)) -> int:
+        if code not in self.expansions:
+            with Session(self.engine) as s, s.begin():
+                exp = Expansion(code=code, name=f"Set {code}", released_at=released)
+                s.add(exp)
+                s.flush()
+                self.expansions[code] = exp.id
+        return self.expansions[code]
+
+    def printing(self, name: str, code: str, number: str, *, lang: str = "en", artist: str | None = "Ann Artist",
+                 border: str | None = "black", frame: str | None = "2015", released: date | None = None,
+                 art_phash: int | None = None) -> int:
+        exp_id = self.expansion(code)
+        with Session(self.engine) as s, s.begin():
+            p = Printing(expansion_id=exp_id, name=name, normalized_name=normalize_name(name),
+                         collector_number=number, lang=lang, artist=artist, border_color=border, frame=frame,
+                         layout="normal", released_at=released, art_phash=art_phash)
+            s.add(p)
+            s.flush()
+            return p.id
+
+    def card(self, name: str, *, content_hash: str | None = None, card_type: str = "card", dpi: int | None = 300,
+             evidence: dict[str, Any] | None = None, identifier: str | None = None) -> int:
+        n = next(_seq)
+        chash = content_hash or f"sha256:{n:064x}"
+        with Session(self.engine) as s, s.begin():
+            card = Card(identifier=identifier or f"card-{n}", name=name, image_locator=f"file:///img/{n}.jpg",
+                        card_type=card_type, dpi=dpi, content_hash=chash, stage_c_pending=evidence is None,
+                        stage_d_pending=evidence is not None)
+            s.add(card)
+            s.flush()
+            if evidence is not None:
+                s.add(make_evidence(card.id, chash, **evidence))
+            return card.id
+
+
+def make_evidence(card_id: int, content_hash: str, **fields: Any) -> ImageEvidence:
+    values: dict[str, Any] = {
+        "fetch_ok": True, "terminal": False, "is_truncated": False, "layout_class": "black",
+        "bleed_class": "trimmed", "collector_set_code": None, "collector_number": None,
+        "collector_language": None, "artist_name": None, "illus_anchor_fired": False,
+        "copyright_year": None, "proxy_marker": False, "art_phash": None, "symbol_phash": None,
+    }
+    values.update(fields)
+    return ImageEvidence(card_id=card_id, content_hash=content_hash, extractor_versions=dict(MANIFEST_VERSIONS),
+                         skip_reasons={}, writer="test", **values)
