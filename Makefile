@@ -7,8 +7,7 @@ setup:
 	@VENV=$(VENV) scripts/setup.sh
 
 demo: setup
-	$(VENV)/bin/stage-e db upgrade
-	$(VENV)/bin/stage-e status
+	$(VENV)/bin/stage-e demo --headless --until-idle
 
 test: setup
 	@scripts/ensure-postgres.sh

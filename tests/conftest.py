@@ -53,17 +53,18 @@ def _server_engine() -> sa.Engine:
     return sa.create_engine(PG_SERVER_URL, isolation_level="AUTOCOMMIT")
 
 
-def create_pg_database(prefix: str = "stage_e_test") -> str:
-    """Create and migrate a new PostgreSQL database; return its URL."""
+def create_pg_database(prefix: str = "stage_e_test", *, migrate: bool = True) -> str:
+    """Create a new PostgreSQL database (migrated to head unless told not to); return its URL."""
     name = f"{prefix}_{uuid.uuid4().hex[:10]}"
     server = _server_engine()
     with server.connect() as conn:
         conn.execute(sa.text(f'CREATE DATABASE "{name}"'))
     server.dispose()
     url = sa.make_url(PG_SERVER_URL).set(database=name).render_as_string(hide_password=False)
-    engine = make_engine(url)
-    upgrade(engine)
-    engine.dispose()
+    if migrate:
+        engine = make_engine(url)
+        upgrade(engine)
+        engine.dispose()
     return url
 
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 import http.server
 import shutil
 import threading
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterator
@@ -110,12 +111,15 @@ class ImageServer:
         self.root = root
         self.status: dict[str, int] = {}
         self.requests: list[str] = []
+        self.delay_s = 0.0
         server = self
 
         class Handler(http.server.BaseHTTPRequestHandler):
             def do_GET(self) -> None:  # noqa: N802
                 name = self.path.lstrip("/")
                 server.requests.append(name)
+                if server.delay_s:
+                    time.sleep(server.delay_s)
                 status = server.status.get(name, 200)
                 path = server.root / name
                 if status == 200 and path.is_file():

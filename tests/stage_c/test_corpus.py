@@ -60,7 +60,8 @@ def test_printing_art_phash_is_the_clean_render_hash(sqlite_engine: sa.Engine, t
     seed_corpus(sqlite_engine, tmp_path, cards=10, seed=4)
     _, specs = build_catalogue(random.Random(4), 10)
     with sqlite_engine.connect() as conn:
-        stored = dict(conn.execute(sa.select(Printing.collector_number, Printing.art_phash)).all())
+        stored = {(code, number, lang): phash for code, number, lang, phash in conn.execute(
+            sa.select(Expansion.code, Printing.collector_number, Printing.lang, Printing.art_phash).join(Expansion))}
     spec = specs[0]
     assert isinstance(clean_render(spec), Image.Image)
-    assert stored[spec.collector_number] == art_phash(clean_render(spec))
+    assert stored[(spec.set_code.lower(), spec.collector_number, spec.lang)] == art_phash(clean_render(spec))

@@ -69,3 +69,31 @@ def test_import_scryfall_command(cli_env: str, tmp_path: Path) -> None:
     bad.write_text("[{\"object\": \"card\", ")
     out = runner.invoke(app, ["catalog", "import-scryfall", str(bad)])
     assert isinstance(out.exception, CliError) and "not valid Scryfall JSON" in str(out.exception)
+
+
+def test_bulk_stage_d_and_evaluate(cli_env: str, sqlite_engine: sa.Engine, tmp_path: Path) -> None:
+    b = CatalogueBuilder(sqlite_engine)
+    b.printing("Tithe Taker", "dmu", "41")
+    b.printing("Tithe Taker", "fdn", "41")
+    b.card("Tithe Taker", identifier="right", evidence=dict(collector_set_code="dmu", collector_number="41"))
+    b.card("Tithe Taker", identifier="wrong", evidence=dict(collector_set_code="fdn", collector_number="41"))
+    b.card("Tithe Taker", identifier="unread", evidence=dict(collector_set_code=None, collector_number=None))
+    runner = CliRunner()
+    out = runner.invoke(app, ["bulk", "--stage", "d", "--json"])
+    assert out.exit_code == 0, out.output
+    result = json.loads(out.output.strip().splitlines()[-1])
+    assert (result["stage"], result["cards_considered"], result["join_key_votes"]) == ("d", 3, 2)
+    again = json.loads(runner.invoke(app, ["bulk", "--stage", "d", "--json"]).output.strip().splitlines()[-1])
+    assert again["join_key_votes"] == 0
+
+    labels = tmp_path / "labels.jsonl"
+    labels.write_text("\n".join(json.dumps(row) for row in [
+        {"identifier": "right", "set_code": "dmu", "collector_number": "041"},
+        {"identifier": "wrong", "set_code": "dmu", "collector_number": "41"},   # the engine read fdn
+        {"identifier": "unread", "set_code": "dmu", "collector_number": "41"},
+    ]) + "\n")
+    out = runner.invoke(app, ["evaluate", str(labels), "--json"])
+    assert out.exit_code == 0, out.output
+    figures = json.loads(out.output)
+    assert (figures["machine_votes"], figures["vote_precision"], figures["coverage"]) == (2, 0.5, 0.6667)
+    assert figures["wrong_resolutions"] == 0

@@ -176,3 +176,43 @@ def test_backlog_flag_survives_a_concurrent_change(engine: sa.Engine) -> None:
     with Session(engine) as s, s.begin():
         run_module._clear_backlog_flags(s, [fresh])
     assert card_state(engine, card)[2] is False
+
+
+def _scoped_statements(engine: sa.Engine, extra_cards: int) -> tuple[int, int]:
+    """Statements and bound values a 2-card scoped run issues in a catalogue padded with ``extra_cards``."""
+    b = CatalogueBuilder(engine)
+    b.printing("Tithe Taker", "dmu", "41")
+    scope = [b.card("Tithe Taker", evidence=dict(collector_set_code="dmu", collector_number="41")),
+             b.card("Tithe Taker", evidence=dict(collector_set_code="zzz", collector_number="41"))]
+    for i in range(extra_cards):
+        b.printing(f"Other {i}", "fdn", str(i + 1))
+        b.card(f"Other {i}", evidence=dict(collector_set_code="fdn", collector_number=str(i + 1)))
+    run_stage_d(engine, scope[:1], run_id="warm-index")  # the per-process name index is built once
+    seen: list[int] = []
+
+    def count(conn, cursor, statement, parameters, context, executemany):  # type: ignore[no-untyped-def]
+        seen.append(len(parameters) if isinstance(parameters, (list, tuple, dict)) else 0)
+
+    sa.event.listen(engine, "before_cursor_execute", count)
+    try:
+        run_stage_d(engine, scope, run_id="scoped")
+    finally:
+        sa.event.remove(engine, "before_cursor_execute", count)
+    return len(seen), sum(seen)
+
+
+def test_scoped_cost_follows_the_list_not_the_catalogue(sqlite_template, tmp_path) -> None:
+    import shutil
+
+    from stage_e_dagster.catalog.engine import make_engine
+    from stage_e_dagster.stage_d.name_index import invalidate_name_index
+
+    figures = []
+    for name, extra in (("small", 5), ("big", 150)):
+        path = tmp_path / f"{name}.sqlite"
+        shutil.copy(sqlite_template, path)
+        engine = make_engine(f"sqlite:///{path}")
+        invalidate_name_index()
+        figures.append(_scoped_statements(engine, extra_cards=extra))
+        engine.dispose()
+    assert figures[0] == figures[1]

@@ -1,0 +1,313 @@
+"""Cost of one ``card_created_sensor`` tick against a small and a large catalogue, and their ratio.
+
+The tick is the real sensor function, evaluated with ``build_sensor_context`` on a real Dagster
+instance (``instance_for_test``) against a real, migrated catalogue. Each catalogue is built with
+set-based SQL (a recursive CTE on SQLite, ``generate_series`` on PostgreSQL): most cards already
+processed, a backlog of pending cards spread evenly over the id range, a few new cards above the
+sensor cursor, and a history of finished micro-batches and fetch outcomes in proportion to the size.
+
+Two kinds of tick are timed at each size:
+  * backlog: the tick records two batches (seeds above the cursor first, then the backlog by id);
+    the batches and their claims are deleted between repetitions so every tick does the same work;
+  * idle: the backlog is emptied first, so the tick finds nothing (the common tick of a quiet system).
+
+Prints median and p90 ms per tick for each size and kind, the statements that took the most time,
+and the ratio largest/smallest size (target <= 1.5: selection must cost O(batch), not O(catalogue)).
+
+Usage:
+  python bench/sensor_tick.py                      # SQLite, 10k and 1M cards
+  python bench/sensor_tick.py --postgres           # PostgreSQL (a throwaway database on 127.0.0.1:5432)
+  python bench/sensor_tick.py --sizes 500,5000 --backlog 50 --reps 5   # seconds, for a smoke test
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import tempfile
+import time
+from collections import defaultdict
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import sqlalchemy as sa
+from dagster import SensorResult, build_sensor_context, instance_for_test
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _support import median, percentile, pg_database, short_count, streaming_environment  # noqa: E402
+
+from stage_e_dagster.catalog.engine import engine_for  # noqa: E402
+from stage_e_dagster.catalog.migrate import upgrade  # noqa: E402
+from stage_e_dagster.definitions import defs  # noqa: E402
+from stage_e_dagster.defs.resources import StageEResource  # noqa: E402
+
+INSTANCE_OVERRIDES = {"concurrency": {"pools": {"granularity": "run", "default_limit": 2}}}
+BATCHES_PER_TICK = 2  # STAGE_E_MAX_CONCURRENT_DISPATCHES with nothing in flight
+
+_SQLITE_CARDS = """
+INSERT INTO cards (id, identifier, name, image_locator, content_hash, stage_c_pending, stage_d_pending,
+                   evidence_writer)
+WITH RECURSIVE seq(n) AS (SELECT 1 UNION ALL SELECT n + 1 FROM seq WHERE n < :cards)
+SELECT n, 'bench-' || n, 'Bench Card ' || (n % 5000), 'file:///bench/images/' || n || '.jpg',
+       CASE WHEN n > :cursor THEN NULL ELSE printf('%064x', n) END,
+       CASE WHEN n > :cursor OR n % :stride = :offset THEN 1 ELSE 0 END, 0,
+       CASE WHEN n > :cursor OR n % :stride = :offset THEN NULL ELSE 'dispatch:bench' END
+FROM seq
+"""
+
+_PG_CARDS = """
+INSERT INTO cards (id, identifier, name, image_locator, content_hash, stage_c_pending, stage_d_pending,
+                   evidence_writer)
+SELECT n, 'bench-' || n, 'Bench Card ' || (n % 5000), 'file:///bench/images/' || n || '.jpg',
+       CASE WHEN n > :cursor THEN NULL ELSE lpad(to_hex(n), 64, '0') END,
+       (n > :cursor OR n % :stride = :offset), false,
+       CASE WHEN n > :cursor OR n % :stride = :offset THEN NULL ELSE 'dispatch:bench' END
+FROM generate_series(1, :cards) AS n
+"""
+
+_SQLITE_HISTORY = """
+INSERT INTO micro_batches (batch_key, card_ids, trigger_reason, attempt, status)
+WITH RECURSIVE seq(n) AS (SELECT 1 UNION ALL SELECT n + 1 FROM seq WHERE n < :batches)
+SELECT printf('mb-20260101T000000-%08x', n), '[' || (n * 25) || ']', 'card-created', 1, 'succeeded' FROM seq
+"""
+
+_PG_HISTORY = """
+INSERT INTO micro_batches (batch_key, card_ids, trigger_reason, attempt, status)
+SELECT 'mb-20260101T000000-' || lpad(to_hex(n), 8, '0'), json_build_array(n * 25), 'card-created', 1, 'succeeded'
+FROM generate_series(1, :batches) AS n
+"""
+
+_SQLITE_OUTCOMES = """
+INSERT INTO fetch_outcomes (outcome, status_code, host, card_id)
+WITH RECURSIVE seq(n) AS (SELECT 1 UNION ALL SELECT n + 1 FROM seq WHERE n < :outcomes)
+SELECT 'ok', 200, 'lh3.googleusercontent.com', n * 10 FROM seq
+"""
+
+_PG_OUTCOMES = """
+INSERT INTO fetch_outcomes (outcome, status_code, host, card_id)
+SELECT 'ok', 200, 'lh3.googleusercontent.com', n * 10 FROM generate_series(1, :outcomes) AS n
+"""
+
+
+@dataclass(frozen=True)
+class Catalogue:
+    url: str
+    cards: int
+    pending: int
+    cursor: int
+
+
+@dataclass
+class TickTimes:
+    ms: list[float] = field(default_factory=list)
+    statements: dict[str, list[float]] = field(default_factory=lambda: defaultdict(list))
+
+
+def build_catalogue(url: str, *, cards: int, backlog: int, newest: int) -> Catalogue:
+    """Migrate and fill a catalogue: ``backlog`` pending cards spread over the ids, ``newest`` new ones on top."""
+    engine = engine_for(url)
+    upgrade(engine)
+    postgres = engine.dialect.name == "postgresql"
+    cursor = cards - newest
+    stride = max(1, cursor // max(1, backlog))
+    params = {"cards": cards, "cursor": cursor, "stride": stride, "offset": stride // 2}
+    started = time.perf_counter()
+    with engine.begin() as conn:
+        conn.execute(sa.text(_PG_CARDS if postgres else _SQLITE_CARDS), params)
+        conn.execute(sa.text(_PG_HISTORY if postgres else _SQLITE_HISTORY), {"batches": max(1, cards // 25)})
+        conn.execute(sa.text(_PG_OUTCOMES if postgres else _SQLITE_OUTCOMES), {"outcomes": max(1, cards // 10)})
+        if postgres:
+            conn.execute(sa.text("SELECT setval(pg_get_serial_sequence('cards', 'id'), :n)"), {"n": cards})
+    if postgres:  # a production database is analysed by autovacuum; a fresh bulk load is not yet
+        with engine.connect().execution_options(isolation_level="AUTOCOMMIT") as conn:
+            conn.execute(sa.text("ANALYZE"))
+    with engine.connect() as conn:
+        pending = conn.execute(sa.text("SELECT count(*) FROM cards WHERE stage_c_pending")).scalar_one()
+    print(f"  built {cards:,} cards ({pending:,} pending, cursor at id {cursor:,}), "
+          f"{cards // 25:,} finished batches, {cards // 10:,} fetch outcomes in {time.perf_counter() - started:.1f} s",
+          flush=True)
+    return Catalogue(url=url, cards=cards, pending=pending, cursor=cursor)
+
+
+def _statement_timer(engine: sa.Engine, sink: TickTimes, active: list[bool]):  # type: ignore[no-untyped-def]
+    """Per-statement wall time, keyed by the statement's first line, while ``active[0]`` is set."""
+
+    def before(conn, cursor, statement, parameters, context, executemany):  # type: ignore[no-untyped-def]
+        conn.info["bench_t0"] = time.perf_counter()
+
+    def after(conn, cursor, statement, parameters, context, executemany):  # type: ignore[no-untyped-def]
+        if active[0]:
+            key = " ".join(statement.split())[:110]
+            sink.statements[key].append((time.perf_counter() - conn.info.pop("bench_t0")) * 1000)
+
+    sa.event.listen(engine, "before_cursor_execute", before)
+    sa.event.listen(engine, "after_cursor_execute", after)
+    return before, after
+
+
+def _undo(engine: sa.Engine, batch_keys: list[str]) -> None:
+    """Delete the batches a tick recorded and their claims, so the next tick finds the same cards."""
+    if not batch_keys:
+        return
+    with engine.begin() as conn:
+        conn.execute(sa.text("DELETE FROM card_claims WHERE batch_key IN :keys").bindparams(
+            sa.bindparam("keys", expanding=True)), {"keys": batch_keys})
+        conn.execute(sa.text("DELETE FROM micro_batches WHERE batch_key IN :keys").bindparams(
+            sa.bindparam("keys", expanding=True)), {"keys": batch_keys})
+
+
+def time_ticks(catalogue: Catalogue, *, cursor: int, expect_batches: int, reps: int, warmup: int) -> TickTimes:
+    """Evaluate the real sensor ``warmup + reps`` times on a fresh instance; keep the last ``reps``."""
+    sensor = defs.resolve_sensor_def("card_created_sensor")
+    resource = StageEResource(database_url=catalogue.url)
+    engine = engine_for(catalogue.url)
+    times = TickTimes()
+    active = [False]
+    listeners = _statement_timer(engine, times, active)
+    try:
+        with instance_for_test(overrides=INSTANCE_OVERRIDES) as instance:
+            for rep in range(warmup + reps):
+                context = build_sensor_context(
+                    instance=instance, cursor=str(cursor), resources={"stage_e": resource}, definitions=defs,
+                )
+                active[0] = rep >= warmup
+                started = time.perf_counter()
+                result = sensor(context)
+                elapsed = (time.perf_counter() - started) * 1000
+                active[0] = False
+                requests = result.run_requests if isinstance(result, SensorResult) else []
+                keys = [r.partition_key for r in requests or []]
+                if len(keys) != expect_batches:
+                    raise SystemExit(f"tick {rep} requested {len(keys)} batches, expected {expect_batches}: {result}")
+                _undo(engine, keys)
+                if rep >= warmup:
+                    times.ms.append(elapsed)
+    finally:
+        sa.event.remove(engine, "before_cursor_execute", listeners[0])
+        sa.event.remove(engine, "after_cursor_execute", listeners[1])
+    return times
+
+
+def empty_backlog(url: str) -> int:
+    with engine_for(url).begin() as conn:
+        return conn.execute(sa.text("UPDATE cards SET stage_c_pending = false WHERE stage_c_pending")).rowcount
+
+
+def print_plans(url: str, catalogue: Catalogue, statements: dict[str, list[float]]) -> None:
+    """The query plan of the tick's slowest statement that reads ``cards``, with the ids a real tick used."""
+    engine = engine_for(url)
+    slowest = max((k for k in statements if "FROM cards" in k and k.startswith("SELECT")),
+                  key=lambda k: median(statements[k]), default=None)
+    if slowest is None:
+        return
+    print(f"    plan of: {slowest}")
+    captured: list[tuple[str, object]] = []
+
+    def grab(conn, cursor, statement, parameters, context, executemany):  # type: ignore[no-untyped-def]
+        if " ".join(statement.split())[:110] == slowest and not captured:
+            captured.append((statement, parameters))
+
+    sa.event.listen(engine, "before_cursor_execute", grab)
+    try:
+        time_ticks(catalogue, cursor=catalogue.cursor, expect_batches=BATCHES_PER_TICK if catalogue.pending else 0,
+                   reps=1, warmup=0)
+    finally:
+        sa.event.remove(engine, "before_cursor_execute", grab)
+    if not captured:
+        return
+    statement, parameters = captured[0]
+    postgres = engine.dialect.name == "postgresql"
+    prefix = "EXPLAIN (ANALYZE, BUFFERS, TIMING OFF) " if postgres else "EXPLAIN QUERY PLAN "
+    raw = engine.raw_connection()
+    try:
+        cur = raw.cursor()
+        cur.execute(prefix + statement, parameters)
+        for row in cur.fetchall():
+            print(f"      {row[0] if postgres else row[-1]}")
+        raw.rollback()
+    finally:
+        raw.close()
+
+
+def _sql_ms(times: TickTimes) -> float:
+    return sum(sum(v) for v in times.statements.values()) / len(times.ms)
+
+
+def report(label: str, kind: str, catalogue: Catalogue, times: TickTimes, top: int) -> None:
+    print(f"[{label}] {kind:7s} tick, {short_count(catalogue.cards):>4s} cards: median {median(times.ms):8.2f} ms   "
+          f"p90 {percentile(times.ms, 0.9):8.2f} ms   ({len(times.ms)} ticks)")
+    sql_ms = _sql_ms(times)
+    count = sum(len(v) for v in times.statements.values()) / len(times.ms)
+    print(f"      {sql_ms:8.2f} ms/tick in {count:.0f} catalogue statements; the rest is the Dagster instance and Python")
+    ranked = sorted(times.statements.items(), key=lambda kv: -sum(kv[1]))[:top]
+    for statement, values in ranked:
+        per_tick = sum(values) / len(times.ms)
+        print(f"      {per_tick:8.2f} ms/tick  x{len(values) / len(times.ms):4.1f}  {statement}")
+
+
+def bench(label: str, make_url, sizes: list[int], args: argparse.Namespace) -> None:  # type: ignore[no-untyped-def]
+    results: dict[tuple[str, int], TickTimes] = {}
+    for cards in sizes:
+        with make_url() as url:
+            streaming_environment(Path(args.state_dir), database_url=url)
+            catalogue = build_catalogue(url, cards=cards, backlog=args.backlog, newest=args.newest)
+            times = time_ticks(catalogue, cursor=catalogue.cursor, expect_batches=BATCHES_PER_TICK,
+                               reps=args.reps, warmup=args.warmup)
+            results[("backlog", cards)] = times
+            report(label, "backlog", catalogue, times, args.top)
+            if args.explain:
+                print_plans(url, catalogue, times.statements)
+            emptied = empty_backlog(url)
+            idle = Catalogue(url=url, cards=cards, pending=0, cursor=cards)
+            times = time_ticks(idle, cursor=cards, expect_batches=0, reps=args.reps, warmup=args.warmup)
+            results[("idle", cards)] = times
+            report(label, "idle", idle, times, args.top)
+            if args.explain:
+                print_plans(url, idle, times.statements)
+            print(f"      (idle ticks after clearing {emptied:,} pending cards)")
+            engine_for(url).dispose()
+    small, big = min(sizes), max(sizes)
+    for kind in ("backlog", "idle"):
+        a, b = results[(kind, small)], results[(kind, big)]
+        print(f"[{label}] ratio {kind} tick {short_count(big)}/{short_count(small)}: "
+              f"median {median(b.ms) / median(a.ms):.2f}  p90 {percentile(b.ms, 0.9) / percentile(a.ms, 0.9):.2f}"
+              f"   (target <= 1.5)")
+        print(f"[{label}] ratio {kind} tick catalogue SQL only {short_count(big)}/{short_count(small)}: "
+              f"{_sql_ms(b) / _sql_ms(a):.2f}   ({_sql_ms(a):.2f} -> {_sql_ms(b):.2f} ms/tick)")
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--sizes", default="10000,1000000", help="comma-separated catalogue sizes (cards)")
+    parser.add_argument("--backlog", type=int, default=1000, help="pending cards spread over the id range")
+    parser.add_argument("--newest", type=int, default=10, help="new pending cards above the sensor cursor")
+    parser.add_argument("--reps", type=int, default=30, help="timed ticks per size and kind")
+    parser.add_argument("--warmup", type=int, default=3, help="untimed ticks first")
+    parser.add_argument("--top", type=int, default=3, help="slowest statements to list per size")
+    parser.add_argument("--explain", action="store_true", help="print the plan of the slowest cards query")
+    parser.add_argument("--postgres", action="store_true", help="PostgreSQL instead of SQLite")
+    args = parser.parse_args()
+    sizes = sorted(int(s) for s in args.sizes.split(","))
+    if len(sizes) < 2 or args.backlog + args.newest >= sizes[0]:
+        parser.error("need two or more sizes, each larger than --backlog + --newest")
+
+    with tempfile.TemporaryDirectory(prefix="stage-e-bench-") as tmp:
+        args.state_dir = tmp
+        if args.postgres:
+            bench("postgres", lambda: pg_database("stage_e_bench_tick"), sizes, args)
+        else:
+            counter = iter(range(len(sizes)))
+
+            @contextmanager
+            def sqlite_url():  # type: ignore[no-untyped-def]
+                path = Path(tmp) / f"catalog-{next(counter)}.sqlite"
+                yield f"sqlite:///{path}"
+                path.unlink(missing_ok=True)
+
+            bench("sqlite", sqlite_url, sizes, args)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

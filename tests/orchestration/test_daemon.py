@@ -1,0 +1,287 @@
+"""The real thing: ``dagster-daemon`` with the project's workspace and instance config, in a child process.
+
+Slow by nature (a daemon start, sensor ticks every few seconds, runs launched as processes).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Callable, Iterator
+
+import psutil
+import pytest
+import sqlalchemy as sa
+from dagster import DagsterEventType, DagsterInstance, DagsterRunStatus, RunsFilter
+from dagster._core.instance.ref import InstanceRef
+
+from stage_e_dagster.catalog.engine import make_engine, session_scope
+from stage_e_dagster.catalog.models import Card, ImageEvidence, MicroBatch, PrintingVote
+from stage_e_dagster.corpus.seed import seed_corpus
+from stage_e_dagster.defs.instance import EMBEDDED_INSTANCE_YAML, PROJECT_ROOT, WORKSPACE_YAML
+from stage_e_dagster.defs.ledger import ledger_entries
+
+from tests.conftest import create_pg_database, drop_pg_database
+from .conftest import ImageServer
+
+pytestmark = pytest.mark.slow
+
+BIN = Path(sys.executable).parent
+
+
+def _reset_signals() -> None:
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    os.setpgrp()
+
+
+class Stack:
+    """A catalogue, a DAGSTER_HOME and the environment a daemon (and the CLI) runs with."""
+
+    def __init__(self, tmp_path: Path, catalog_url: str, images: Path, *, instance_yaml: Path = EMBEDDED_INSTANCE_YAML,
+                 extra_env: dict[str, str] | None = None) -> None:
+        self.home = tmp_path / "dagster_home"
+        self.home.mkdir()
+        shutil.copyfile(instance_yaml, self.home / "dagster.yaml")
+        self.catalog_url = catalog_url
+        self.engine = make_engine(catalog_url)
+        self.log = tmp_path / "daemon.log"
+        self.env = {
+            k: v for k, v in os.environ.items() if not k.startswith(("STAGE_E_", "DAGSTER_"))
+        } | {
+            "DAGSTER_HOME": str(self.home),
+            "STAGE_E_STATE_DIR": str(tmp_path / "state"),
+            "STAGE_E_STREAMING_ENABLED": "true",
+            "STAGE_E_DATABASE_URL": catalog_url,
+            "STAGE_E_IMAGE_ROOTS": str(images),
+            "STAGE_E_FETCH_ALLOWED_HOSTS": "127.0.0.1",
+            "STAGE_E_HOST_LOAD_CEILING": "1000",
+            "STAGE_E_RSS_MB_CEILING": "100000",
+            "STAGE_E_MICRO_BATCH_SIZE": "2",
+            "STAGE_E_MAX_CONCURRENT_DISPATCHES": "2",
+        } | (extra_env or {})
+        self.process: subprocess.Popen[bytes] | None = None
+
+    def instance(self) -> DagsterInstance:
+        os.environ.update({k: v for k, v in self.env.items() if k.startswith("DAGSTER_PG")})
+        return DagsterInstance.from_ref(InstanceRef.from_dir(str(self.home)))
+
+    def stage_e(self, *args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run([str(BIN / "stage-e"), *args], env=self.env, capture_output=True, text=True, timeout=300)
+
+    def start(self) -> None:
+        with open(self.log, "ab") as log:
+            self.process = subprocess.Popen(
+                [str(BIN / "dagster-daemon"), "run", "-w", str(WORKSPACE_YAML)],
+                env=self.env, cwd=PROJECT_ROOT, stdout=log, stderr=subprocess.STDOUT, preexec_fn=_reset_signals,
+            )
+
+    def stop(self) -> None:
+        if self.process is None or self.process.poll() is not None:
+            return
+        os.killpg(self.process.pid, signal.SIGTERM)
+        try:
+            self.process.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            os.killpg(self.process.pid, signal.SIGKILL)
+            self.process.wait()
+
+    def counts(self) -> dict[str, int]:
+        with session_scope(self.engine) as session:
+            one = lambda q: session.execute(q).scalar_one()  # noqa: E731
+            return {
+                "cards": one(sa.select(sa.func.count()).select_from(Card)),
+                "waiting": one(
+                    sa.select(sa.func.count()).select_from(Card).where(sa.or_(Card.stage_c_pending, Card.stage_d_pending))
+                ),
+                "in_flight": one(
+                    sa.select(sa.func.count()).select_from(MicroBatch).where(MicroBatch.status.in_(("pending", "running")))
+                ),
+                "evidence": one(sa.select(sa.func.count()).select_from(ImageEvidence)),
+                "evidence_cards": one(sa.select(sa.func.count(sa.distinct(ImageEvidence.card_id)))),
+            }
+
+    def wait_until(self, done: Callable[[], bool], *, timeout_s: float, what: str, on_poll: Callable[[], None] = lambda: None) -> None:
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            on_poll()
+            if done():
+                return
+            assert self.process is None or self.process.poll() is None, f"daemon exited; log:\n{self.log.read_text()[-3000:]}"
+            time.sleep(0.5)
+        raise AssertionError(f"timed out waiting for {what}; counts {self.counts()}; log tail:\n{self.log.read_text()[-3000:]}")
+
+    def idle(self) -> bool:
+        c = self.counts()
+        return c["waiting"] == 0 and c["in_flight"] == 0
+
+
+class ConcurrencyProbe:
+    """Samples how many dispatch runs are in progress at once."""
+
+    def __init__(self, instance: DagsterInstance) -> None:
+        self.instance = instance
+        self.peak = 0
+
+    def __call__(self) -> None:
+        started = self.instance.get_runs_count(
+            RunsFilter(statuses=[DagsterRunStatus.STARTING, DagsterRunStatus.STARTED])
+        )
+        self.peak = max(self.peak, started)
+
+
+def assert_no_duplicates(engine: sa.Engine) -> None:
+    with session_scope(engine) as session:
+        dup_evidence = session.execute(
+            sa.select(ImageEvidence.card_id, ImageEvidence.content_hash)
+            .group_by(ImageEvidence.card_id, ImageEvidence.content_hash).having(sa.func.count() > 1)
+        ).all()
+        dup_votes = session.execute(
+            sa.select(PrintingVote.card_id, PrintingVote.printing_id, PrintingVote.agent_id)
+            .group_by(PrintingVote.card_id, PrintingVote.printing_id, PrintingVote.agent_id).having(sa.func.count() > 1)
+        ).all()
+    assert dup_evidence == [] and dup_votes == []
+
+
+@pytest.fixture
+def sqlite_stack(corpus_template: Path, tmp_path: Path) -> Iterator[Stack]:
+    shutil.copy(corpus_template / "catalog.sqlite", tmp_path / "catalog.sqlite")
+    stack = Stack(tmp_path, f"sqlite:///{tmp_path / 'catalog.sqlite'}", corpus_template / "corpus")
+    yield stack
+    stack.stop()
+    stack.engine.dispose()
+
+
+def test_daemon_drains_the_backlog_within_the_concurrency_cap(sqlite_stack: Stack) -> None:
+    stack = sqlite_stack
+    cards = stack.counts()["cards"]
+    stack.start()
+    probe = ConcurrencyProbe(stack.instance())
+    stack.wait_until(stack.idle, timeout_s=240, what="the backlog to drain", on_poll=probe)
+    after = stack.counts()
+    assert after["evidence_cards"] == cards and after["evidence"] == cards
+    assert 1 <= probe.peak <= 2, probe.peak
+    assert_no_duplicates(stack.engine)
+    ledger = stack.stage_e("ledger", "--json")
+    assert ledger.returncode == 0, ledger.stderr
+    batches = json.loads(ledger.stdout)["batches"]
+    assert sum(int(b["card_count"]) for b in batches if b["status"] == "completed") == cards
+
+
+def _worker_pid(instance: DagsterInstance, run_id: str) -> int | None:
+    for record in instance.get_records_for_run(run_id, of_type=DagsterEventType.ENGINE_EVENT).records:
+        match = re.search(r"Started process for run \(pid: (\d+)\)", record.event_log_entry.message or "")
+        if match:
+            return int(match.group(1))
+    return None
+
+
+def test_a_sigkilled_run_leaves_a_truthful_failure_and_its_cards_are_redispatched(
+    corpus_template: Path, tmp_path: Path
+) -> None:
+    server = ImageServer(corpus_template / "corpus")
+    server.delay_s = 0.6  # slow images so the kill lands mid-batch
+    shutil.copy(corpus_template / "catalog.sqlite", tmp_path / "catalog.sqlite")
+    stack = Stack(tmp_path, f"sqlite:///{tmp_path / 'catalog.sqlite'}", corpus_template / "corpus",
+                  extra_env={"STAGE_E_MICRO_BATCH_SIZE": "5", "STAGE_E_MAX_CONCURRENT_DISPATCHES": "1"})
+    try:
+        with stack.engine.begin() as conn:
+            for card_id, locator in conn.execute(sa.select(Card.id, Card.image_locator)).all():
+                name = locator.split("/corpus/", 1)[1]
+                conn.execute(sa.update(Card).where(Card.id == card_id).values(image_locator=f"{server.base}/{name}"))
+        cards = stack.counts()["cards"]
+        stack.start()
+        instance = stack.instance()
+        victim: dict[str, str] = {}
+
+        def run_with_evidence() -> bool:
+            runs = instance.get_runs(RunsFilter(statuses=[DagsterRunStatus.STARTED]))
+            for run in runs:
+                with session_scope(stack.engine) as session:
+                    written = session.execute(
+                        sa.select(sa.func.count()).select_from(ImageEvidence).where(ImageEvidence.run_id == run.run_id)
+                    ).scalar_one()
+                pid = _worker_pid(instance, run.run_id)
+                if written >= 1 and pid is not None:
+                    victim.update(run_id=run.run_id, pid=str(pid), key=run.tags["dagster/partition"])
+                    return True
+            return False
+
+        stack.wait_until(run_with_evidence, timeout_s=180, what="a run that has written evidence")
+        psutil.Process(int(victim["pid"])).send_signal(signal.SIGKILL)
+        stack.wait_until(stack.idle, timeout_s=300, what="the killed batch's cards to be re-dispatched")
+
+        run = instance.get_run_by_id(victim["run_id"])
+        assert run.status == DagsterRunStatus.FAILURE
+        entries = ledger_entries(instance)
+        failed = [e for e in entries if e.status == "failed"]
+        assert [e.batch_key for e in failed] == [victim["key"]]
+        assert failed[0].fields["failure_reason"] and failed[0].fields["retry_batch_key"] == victim["key"] + "-r2"
+        with session_scope(stack.engine) as session:
+            retry = session.get(MicroBatch, victim["key"] + "-r2")
+            assert retry is not None and retry.status == "succeeded" and retry.attempt == 2
+            assert session.get(MicroBatch, victim["key"]).status == "failed"
+        after = stack.counts()
+        assert after["evidence_cards"] == cards and after["evidence"] == cards
+        assert_no_duplicates(stack.engine)
+    finally:
+        stack.stop()
+        stack.engine.dispose()
+        server.close()
+
+
+def test_the_sweep_launches_one_backfill_and_its_runs_respect_the_pool(sqlite_stack: Stack) -> None:
+    stack = sqlite_stack
+    cards = stack.counts()["cards"]
+    launched = stack.stage_e("sweep")
+    assert launched.returncode == 0, launched.stderr
+    assert "launched backfill" in launched.stdout
+    instance = stack.instance()
+    [backfill] = instance.get_backfills()
+    stack.start()
+    probe = ConcurrencyProbe(instance)
+    stack.wait_until(stack.idle, timeout_s=300, what="the sweep's backfill to finish", on_poll=probe)
+    assert 1 <= probe.peak <= 2, probe.peak
+    runs = instance.get_runs(RunsFilter(tags={"dagster/backfill": backfill.backfill_id}))
+    assert runs and all(r.tags.get("stage_e/dispatch") == "micro-batch" for r in runs)
+    assert stack.counts()["evidence_cards"] == cards
+    again = stack.stage_e("sweep")
+    assert again.returncode == 0 and "backlog empty after a full lap" in again.stdout, again.stdout
+    assert len(instance.get_backfills()) == 1
+
+
+@pytest.mark.postgres
+def test_postgres_catalogue_and_dagster_instance(tmp_path: Path, corpus_template: Path) -> None:
+    catalog_url = create_pg_database("stage_e_daemon_catalog")
+    dagster_url = create_pg_database("stage_e_daemon_dagster", migrate=False)
+    try:
+        engine = make_engine(catalog_url)
+        seed_corpus(engine, tmp_path / "corpus", cards=6, seed=5)
+        engine.dispose()
+        stack = Stack(
+            tmp_path, catalog_url, tmp_path / "corpus",
+            instance_yaml=PROJECT_ROOT / "deploy" / "dagster.postgres.yaml",
+            extra_env={"DAGSTER_PG_URL": dagster_url},
+        )
+        try:
+            stack.start()
+            instance = stack.instance()
+            probe = ConcurrencyProbe(instance)
+            stack.wait_until(stack.idle, timeout_s=300, what="the backlog to drain on PostgreSQL", on_poll=probe)
+            assert stack.counts()["evidence_cards"] == 6
+            assert 1 <= probe.peak <= 2
+            assert_no_duplicates(stack.engine)
+            assert len(ledger_entries(instance)) >= 3
+        finally:
+            stack.stop()
+            stack.engine.dispose()
+    finally:
+        drop_pg_database(catalog_url)
+        drop_pg_database(dagster_url)

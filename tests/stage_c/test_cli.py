@@ -1,0 +1,61 @@
+"""``stage-e seed``, ``bulk --stage c`` and ``evaluate`` through Typer's CliRunner."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from stage_e_dagster.cli.main import app
+
+runner = CliRunner()
+
+
+@pytest.fixture
+def env(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    monkeypatch.setenv("STAGE_E_STATE_DIR", str(tmp_path / "state"))
+    monkeypatch.setenv("STAGE_E_IMAGE_ROOTS", str(tmp_path / "corpus"))
+    assert runner.invoke(app, ["db", "upgrade"]).exit_code == 0
+    return tmp_path
+
+
+def test_seed_bulk_evaluate(env: Path) -> None:
+    seeded = runner.invoke(app, ["seed", "--cards", "8", "--out", str(env / "corpus"), "--seed", "1", "--json"])
+    assert seeded.exit_code == 0, seeded.output
+    summary = json.loads(seeded.output)
+    assert summary["cards"] == 8 and summary["image_roots_include_out"] is True
+
+    ids_file = env / "ids.txt"
+    ids_file.write_text("1, 2  # first two\n3\n")
+    some = runner.invoke(app, ["bulk", "--stage", "c", "--card-ids", str(ids_file), "--json"])
+    assert some.exit_code == 0, some.output
+    assert json.loads(some.output)["attempted"] == 3
+
+    rest = runner.invoke(app, ["bulk", "--stage", "c", "--limit", "100", "--json"])
+    report = json.loads(rest.output)
+    assert report["attempted"] == 5 and report["writer"].startswith("bulk:")
+
+    evaluated = runner.invoke(app, ["evaluate", str(env / "corpus" / "labels.jsonl"), "--json"])
+    assert evaluated.exit_code == 0, evaluated.output
+    figures = json.loads(evaluated.output)
+    assert figures["cards_labelled"] == 8 and figures["cards_with_evidence"] == 8
+    assert figures["collector_number_total"] > 0
+    assert figures["collector_number_correct"] == figures["collector_number_total"]
+    assert figures["set_code_accuracy"] == 1.0 and figures["bleed_accuracy"] == 1.0
+
+    table = runner.invoke(app, ["evaluate", str(env / "corpus" / "labels.jsonl")])
+    assert "collector_number_accuracy" in table.output
+
+
+def test_user_errors_are_one_line(env: Path) -> None:
+    assert "unknown --stage 'x'" in str(runner.invoke(app, ["bulk", "--stage", "x"]).exception)
+    bad = env / "bad.txt"
+    bad.write_text("12 abc\n")
+    result = runner.invoke(app, ["bulk", "--card-ids", str(bad)])
+    assert "bad.txt:1: 'abc' is not a card id" in str(result.exception)
+    labels = env / "labels.jsonl"
+    labels.write_text('{"name": "no identifier"}\n')
+    assert "expected an object with a string 'identifier'" in str(runner.invoke(app, ["evaluate", str(labels)]).exception)
+    assert "--cards must be at least 1" in str(runner.invoke(app, ["seed", "--cards", "0"]).exception)
