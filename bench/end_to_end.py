@@ -60,6 +60,8 @@ from stage_e_dagster.stage_d.run import run_stage_d  # noqa: E402
 
 PROJECT_ROOT = Path(__file__).resolve().parents[1]
 DAGSTER_CLI = Path(sys.executable).with_name("dagster")
+# The run's events still go to the instance's event log; only the console echo of them is dropped.
+QUIET_CONSOLE = {"loggers": {"console": {"config": {"log_level": "WARNING"}}}}
 
 
 @dataclass
@@ -128,7 +130,8 @@ def dagster_batch(instance: DagsterInstance, url: str, partition_key: str, tags:
     os.environ["STAGE_E_DATABASE_URL"] = url  # the job's resource reads it through EnvVar at launch
     job = defs.resolve_job_def("stage_e_dispatch")
     started = time.perf_counter()
-    result = job.execute_in_process(partition_key=partition_key, instance=instance, tags=tags, raise_on_error=False)
+    result = job.execute_in_process(partition_key=partition_key, instance=instance, tags=tags, raise_on_error=False,
+                                    run_config=QUIET_CONSOLE)
     wall = time.perf_counter() - started
     if not result.success:
         raise SystemExit(f"dispatch run for {partition_key} failed: {result.all_events[-1]}")

@@ -27,12 +27,12 @@ import sys
 import tempfile
 import time
 from collections import defaultdict
-from contextlib import contextmanager
+from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import sqlalchemy as sa
-from dagster import SensorResult, build_sensor_context, instance_for_test
+from dagster import DagsterInstance, SensorResult, build_sensor_context, instance_for_test
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _support import median, percentile, pg_database, short_count, streaming_environment  # noqa: E402
@@ -157,36 +157,56 @@ def _undo(engine: sa.Engine, batch_keys: list[str]) -> None:
             sa.bindparam("keys", expanding=True)), {"keys": batch_keys})
 
 
-def time_ticks(catalogue: Catalogue, *, cursor: int, expect_batches: int, reps: int, warmup: int) -> TickTimes:
-    """Evaluate the real sensor ``warmup + reps`` times on a fresh instance; keep the last ``reps``."""
-    sensor = defs.resolve_sensor_def("card_created_sensor")
-    resource = StageEResource(database_url=catalogue.url)
-    engine = engine_for(catalogue.url)
-    times = TickTimes()
-    active = [False]
-    listeners = _statement_timer(engine, times, active)
-    try:
-        with instance_for_test(overrides=INSTANCE_OVERRIDES) as instance:
-            for rep in range(warmup + reps):
-                context = build_sensor_context(
-                    instance=instance, cursor=str(cursor), resources={"stage_e": resource}, definitions=defs,
-                )
-                active[0] = rep >= warmup
-                started = time.perf_counter()
-                result = sensor(context)
-                elapsed = (time.perf_counter() - started) * 1000
-                active[0] = False
-                requests = result.run_requests if isinstance(result, SensorResult) else []
-                keys = [r.partition_key for r in requests or []]
-                if len(keys) != expect_batches:
-                    raise SystemExit(f"tick {rep} requested {len(keys)} batches, expected {expect_batches}: {result}")
-                _undo(engine, keys)
-                if rep >= warmup:
-                    times.ms.append(elapsed)
-    finally:
-        sa.event.remove(engine, "before_cursor_execute", listeners[0])
-        sa.event.remove(engine, "after_cursor_execute", listeners[1])
-    return times
+class Ticker:
+    """The real sensor against one catalogue on its own instance, its catalogue statements timed."""
+
+    def __init__(self, catalogue: Catalogue, instance: DagsterInstance) -> None:
+        self.catalogue = catalogue
+        self.instance = instance
+        self.sensor = defs.resolve_sensor_def("card_created_sensor")
+        self.resource = StageEResource(database_url=catalogue.url)
+        self.engine = engine_for(catalogue.url)
+        self.times = TickTimes()
+        self._active = [False]
+        self._listeners = _statement_timer(self.engine, self.times, self._active)
+
+    def tick(self, *, expect_batches: int, keep: bool) -> None:
+        """One evaluation of the sensor; the batches it records are deleted again afterwards."""
+        context = build_sensor_context(
+            instance=self.instance, cursor=str(self.catalogue.cursor), resources={"stage_e": self.resource},
+            definitions=defs,
+        )
+        self._active[0] = keep
+        started = time.perf_counter()
+        result = self.sensor(context)
+        elapsed = (time.perf_counter() - started) * 1000
+        self._active[0] = False
+        requests = result.run_requests if isinstance(result, SensorResult) else []
+        keys = [r.partition_key for r in requests or []]
+        if len(keys) != expect_batches:
+            raise SystemExit(f"a tick requested {len(keys)} batches, expected {expect_batches}: {result}")
+        _undo(self.engine, keys)
+        if keep:
+            self.times.ms.append(elapsed)
+
+    def close(self) -> None:
+        sa.event.remove(self.engine, "before_cursor_execute", self._listeners[0])
+        sa.event.remove(self.engine, "after_cursor_execute", self._listeners[1])
+
+
+def time_interleaved(catalogues: list[Catalogue], *, expect_batches: int, reps: int, warmup: int) -> list[TickTimes]:
+    """Tick every catalogue in turn, ``warmup + reps`` rounds, so drifting machine load hits all sizes alike."""
+    with ExitStack() as stack:
+        tickers = []
+        for catalogue in catalogues:
+            instance = stack.enter_context(instance_for_test(overrides=INSTANCE_OVERRIDES))
+            ticker = Ticker(catalogue, instance)
+            stack.callback(ticker.close)
+            tickers.append(ticker)
+        for rep in range(warmup + reps):
+            for ticker in tickers:
+                ticker.tick(expect_batches=expect_batches, keep=rep >= warmup)
+        return [t.times for t in tickers]
 
 
 def empty_backlog(url: str) -> int:
@@ -194,30 +214,30 @@ def empty_backlog(url: str) -> int:
         return conn.execute(sa.text("UPDATE cards SET stage_c_pending = false WHERE stage_c_pending")).rowcount
 
 
-def print_plans(url: str, catalogue: Catalogue, statements: dict[str, list[float]]) -> None:
-    """The query plan of the tick's slowest statement that reads ``cards``, with the ids a real tick used."""
-    engine = engine_for(url)
-    slowest = max((k for k in statements if "FROM cards" in k and k.startswith("SELECT")),
-                  key=lambda k: median(statements[k]), default=None)
-    if slowest is None:
-        return
-    print(f"    plan of: {slowest}")
-    captured: list[tuple[str, object]] = []
+def print_plans(catalogue: Catalogue) -> None:
+    """The plan of the slowest ``cards`` query one real tick runs, with that tick's own parameters."""
+    engine = engine_for(catalogue.url)
+    runs: list[tuple[float, str, object]] = []
 
-    def grab(conn, cursor, statement, parameters, context, executemany):  # type: ignore[no-untyped-def]
-        if " ".join(statement.split())[:110] == slowest and not captured:
-            captured.append((statement, parameters))
+    def before(conn, cursor, statement, parameters, context, executemany):  # type: ignore[no-untyped-def]
+        conn.info["bench_plan_t0"] = time.perf_counter()
 
-    sa.event.listen(engine, "before_cursor_execute", grab)
+    def after(conn, cursor, statement, parameters, context, executemany):  # type: ignore[no-untyped-def]
+        if statement.lstrip().startswith("SELECT") and "FROM cards" in statement:
+            runs.append((time.perf_counter() - conn.info.pop("bench_plan_t0"), statement, parameters))
+
+    sa.event.listen(engine, "before_cursor_execute", before)
+    sa.event.listen(engine, "after_cursor_execute", after)
     try:
-        time_ticks(catalogue, cursor=catalogue.cursor, expect_batches=BATCHES_PER_TICK if catalogue.pending else 0,
-                   reps=1, warmup=0)
+        time_interleaved([catalogue], expect_batches=BATCHES_PER_TICK if catalogue.pending else 0, reps=1, warmup=0)
     finally:
-        sa.event.remove(engine, "before_cursor_execute", grab)
-    if not captured:
+        sa.event.remove(engine, "before_cursor_execute", before)
+        sa.event.remove(engine, "after_cursor_execute", after)
+    if not runs:
         return
-    statement, parameters = captured[0]
+    elapsed, statement, parameters = max(runs, key=lambda r: r[0])
     postgres = engine.dialect.name == "postgresql"
+    print(f"    plan of the slowest cards query of one tick ({elapsed * 1000:.2f} ms), parameters {parameters}:")
     prefix = "EXPLAIN (ANALYZE, BUFFERS, TIMING OFF) " if postgres else "EXPLAIN QUERY PLAN "
     raw = engine.raw_connection()
     try:
@@ -247,33 +267,30 @@ def report(label: str, kind: str, catalogue: Catalogue, times: TickTimes, top: i
 
 
 def bench(label: str, make_url, sizes: list[int], args: argparse.Namespace) -> None:  # type: ignore[no-untyped-def]
-    results: dict[tuple[str, int], TickTimes] = {}
-    for cards in sizes:
-        with make_url() as url:
-            streaming_environment(Path(args.state_dir), database_url=url)
-            catalogue = build_catalogue(url, cards=cards, backlog=args.backlog, newest=args.newest)
-            times = time_ticks(catalogue, cursor=catalogue.cursor, expect_batches=BATCHES_PER_TICK,
-                               reps=args.reps, warmup=args.warmup)
-            results[("backlog", cards)] = times
-            report(label, "backlog", catalogue, times, args.top)
-            if args.explain:
-                print_plans(url, catalogue, times.statements)
-            emptied = empty_backlog(url)
-            idle = Catalogue(url=url, cards=cards, pending=0, cursor=cards)
-            times = time_ticks(idle, cursor=cards, expect_batches=0, reps=args.reps, warmup=args.warmup)
-            results[("idle", cards)] = times
-            report(label, "idle", idle, times, args.top)
-            if args.explain:
-                print_plans(url, idle, times.statements)
-            print(f"      (idle ticks after clearing {emptied:,} pending cards)")
-            engine_for(url).dispose()
-    small, big = min(sizes), max(sizes)
+    with ExitStack() as stack:
+        catalogues = []
+        for cards in sizes:
+            url = stack.enter_context(make_url())
+            catalogues.append(build_catalogue(url, cards=cards, backlog=args.backlog, newest=args.newest))
+            stack.callback(engine_for(url).dispose)
+        idle = [Catalogue(url=c.url, cards=c.cards, pending=0, cursor=c.cards) for c in catalogues]
+        results: dict[str, list[TickTimes]] = {}
+        for kind, group, expect in (("backlog", catalogues, BATCHES_PER_TICK), ("idle", idle, 0)):
+            if kind == "idle":
+                emptied = [empty_backlog(c.url) for c in catalogues]
+                print(f"  idle: cleared {', '.join(f'{n:,}' for n in emptied)} pending cards", flush=True)
+            results[kind] = time_interleaved(group, expect_batches=expect, reps=args.reps, warmup=args.warmup)
+            for catalogue, times in zip(group, results[kind]):
+                report(label, kind, catalogue, times, args.top)
+                if args.explain:
+                    print_plans(catalogue)
     for kind in ("backlog", "idle"):
-        a, b = results[(kind, small)], results[(kind, big)]
-        print(f"[{label}] ratio {kind} tick {short_count(big)}/{short_count(small)}: "
+        a, b = results[kind][0], results[kind][-1]
+        small, big = short_count(sizes[0]), short_count(sizes[-1])
+        print(f"[{label}] ratio {kind} tick {big}/{small}: "
               f"median {median(b.ms) / median(a.ms):.2f}  p90 {percentile(b.ms, 0.9) / percentile(a.ms, 0.9):.2f}"
               f"   (target <= 1.5)")
-        print(f"[{label}] ratio {kind} tick catalogue SQL only {short_count(big)}/{short_count(small)}: "
+        print(f"[{label}] ratio {kind} tick, catalogue SQL only, {big}/{small}: "
               f"{_sql_ms(b) / _sql_ms(a):.2f}   ({_sql_ms(a):.2f} -> {_sql_ms(b):.2f} ms/tick)")
 
 
@@ -293,7 +310,7 @@ def main() -> int:
         parser.error("need two or more sizes, each larger than --backlog + --newest")
 
     with tempfile.TemporaryDirectory(prefix="stage-e-bench-") as tmp:
-        args.state_dir = tmp
+        streaming_environment(Path(tmp), database_url=f"sqlite:///{Path(tmp) / 'unused.sqlite'}")
         if args.postgres:
             bench("postgres", lambda: pg_database("stage_e_bench_tick"), sizes, args)
         else:

@@ -16,6 +16,7 @@ from typing import Annotated
 
 import sqlalchemy as sa
 import typer
+from sqlalchemy.orm import Session
 
 from ..catalog.backlog import STAGE_C_PENDING, STAGE_D_PENDING, backlog_count
 from ..catalog.engine import session_scope
@@ -32,10 +33,21 @@ DEMO_LOAD_FACTOR = 3
 
 
 def _reset_signals() -> None:
-    # A background shell starts children with SIGINT ignored; dagster would then ignore Ctrl-C and SIGTERM.
+    # A background shell starts children with SIGINT ignored; dagster would then ignore Ctrl-C and
+    # SIGTERM. The child gets its own process group so stopping it stops its code servers too.
     signal.signal(signal.SIGINT, signal.SIG_DFL)
     signal.signal(signal.SIGTERM, signal.SIG_DFL)
     os.setpgrp()
+
+
+def _stop_on_sigterm() -> None:
+    """Turn SIGTERM into KeyboardInterrupt so the demo stops its children before it exits."""
+
+    def handler(signum: int, frame: object) -> None:
+        raise KeyboardInterrupt
+
+    signal.signal(signal.SIGTERM, handler)
+    signal.signal(signal.SIGINT, handler)
 
 
 def child_environment(cfg: Settings, corpus_dir: Path) -> dict[str, str]:
@@ -66,28 +78,23 @@ def stop_process_group(proc: subprocess.Popen[bytes], *, grace_s: float = 20.0) 
         proc.wait()
 
 
+def _count(session: Session, model: type, *where: sa.ColumnElement[bool]) -> int:
+    return session.execute(sa.select(sa.func.count()).select_from(model).where(*where)).scalar_one()
+
+
 def _snapshot(engine: sa.Engine) -> dict[str, int]:
     with session_scope(engine) as session:
-        count = lambda q: session.execute(q).scalar_one()  # noqa: E731
         return {
-            "cards": count(sa.select(sa.func.count()).select_from(Card)),
+            "cards": _count(session, Card),
             "stage_c_backlog": backlog_count(session, STAGE_C_PENDING),
             "stage_d_backlog": backlog_count(session, STAGE_D_PENDING),
-            "in_flight": count(
-                sa.select(sa.func.count()).select_from(MicroBatch).where(MicroBatch.status.in_(("pending", "running")))
-            ),
-            "batches_succeeded": count(
-                sa.select(sa.func.count()).select_from(MicroBatch).where(MicroBatch.status == "succeeded")
-            ),
-            "batches_failed": count(
-                sa.select(sa.func.count()).select_from(MicroBatch).where(MicroBatch.status.in_(("failed", "abandoned")))
-            ),
-            "evidence_rows": count(sa.select(sa.func.count()).select_from(ImageEvidence)),
-            "machine_votes": count(sa.select(sa.func.count()).select_from(PrintingVote).where(PrintingVote.source == "ocr")),
-            "resolved": count(sa.select(sa.func.count()).select_from(Card).where(Card.printing_status == "resolved")),
-            "open_trips": count(
-                sa.select(sa.func.count()).select_from(EnvelopeTrip).where(EnvelopeTrip.acknowledged_at.is_(None))
-            ),
+            "in_flight": _count(session, MicroBatch, MicroBatch.status.in_(("pending", "running"))),
+            "batches_succeeded": _count(session, MicroBatch, MicroBatch.status == "succeeded"),
+            "batches_failed": _count(session, MicroBatch, MicroBatch.status.in_(("failed", "abandoned"))),
+            "evidence_rows": _count(session, ImageEvidence),
+            "machine_votes": _count(session, PrintingVote, PrintingVote.source == "ocr"),
+            "resolved": _count(session, Card, Card.printing_status == "resolved"),
+            "open_trips": _count(session, EnvelopeTrip, EnvelopeTrip.acknowledged_at.is_(None)),
         }
 
 
@@ -117,10 +124,19 @@ def demo(
     typer.echo(
         f"streaming on for the demo's processes; host load bar {env.get('STAGE_E_HOST_LOAD_CEILING', cfg.host_load_ceiling)}"
     )
+    _stop_on_sigterm()
     if not headless:
-        cmd = [sys.executable, "-m", "dagster", "dev", "-w", str(WORKSPACE_YAML), "-h", "127.0.0.1", "-p", str(port)]
+        cmd = [os.path.join(os.path.dirname(sys.executable), "dagster"), "dev", "-w", str(WORKSPACE_YAML),
+               "-h", "127.0.0.1", "-p", str(port)]
         typer.echo(f"starting dagster dev: UI on http://127.0.0.1:{port} (Ctrl-C stops it)")
-        raise typer.Exit(subprocess.call(cmd, env=env, preexec_fn=_reset_signals))
+        ui = subprocess.Popen(cmd, env=env, preexec_fn=_reset_signals)
+        try:
+            ui.wait()
+        except KeyboardInterrupt:
+            typer.echo("stopping dagster dev")
+        finally:
+            stop_process_group(ui)
+        return
 
     log_path = cfg.state_dir / "demo-daemon.log"
     typer.echo(f"starting the Dagster daemon headless (log: {log_path})")

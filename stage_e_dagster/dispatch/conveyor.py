@@ -16,7 +16,7 @@ from ..catalog.base import utcnow
 from ..catalog.engine import session_scope
 from ..catalog.models import MicroBatch
 from ..envelope.bars import Ceilings
-from ..envelope.signals import peak_rss_mb
+from ..envelope.signals import current_rss_mb, peak_rss_mb
 from ..envelope.trips import check_envelope, open_trip
 from ..envelope.bars import EnvelopeSignals
 from ..settings import Settings
@@ -53,7 +53,7 @@ class StageCResult:
 def start_batch(engine: sa.Engine, settings: Settings, batch_key: str, *, run_id: str) -> BatchInfo:
     """The in-run guard, then mark the batch running and stretch its claims over the run's lifetime."""
     with session_scope(engine) as session:
-        verdict = check_gate(session, settings, run_id=run_id, rss_mb=peak_rss_mb())
+        verdict = check_gate(session, settings, run_id=run_id, rss_mb=current_rss_mb())
         batch = get_batch(session, batch_key)
         if verdict.allowed and batch.status not in IN_FLIGHT:
             verdict = GateVerdict(False, f"batch {batch_key} is {batch.status}, not in flight")

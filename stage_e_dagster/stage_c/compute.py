@@ -64,14 +64,17 @@ def fetch_health_fields(*, ok: bool, error_class: str | None, latency_ms: float 
 
 
 def terminal_result(content_hash: str, error_class: str, *, latency_ms: float | None = None,
-                    data: bytes | None = None, image_format: str | None = None) -> ExtractionResult:
-    """A complete-manifest record for an image that could not be fetched or decoded.
+                    data: bytes | None = None, image_format: str | None = None,
+                    keys: Iterable[str] | None = None) -> ExtractionResult:
+    """A record for an image that could not be fetched or decoded.
 
-    Every key carries its current version and the named reason, so the card is not re-fetched
-    until its image changes.
+    Every key (all of the manifest unless ``keys`` narrows it to the stale ones, so that values
+    already stored are kept) carries its current version and the named reason, so the card is
+    not re-fetched until its image changes.
     """
     result = ExtractionResult(content_hash=content_hash, terminal=True, error_class=error_class)
-    for key in MANIFEST_VERSIONS:
+    wanted = set(MANIFEST_VERSIONS if keys is None else keys)
+    for key in (k for k in MANIFEST_VERSIONS if k in wanted):
         if key == "fetch_health":
             result.record(key, fetch_health_fields(ok=False, error_class=error_class, latency_ms=latency_ms,
                                                    data=data, image_format=image_format), error_class)

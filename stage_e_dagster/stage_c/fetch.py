@@ -174,7 +174,7 @@ class ImageFetcher:
             if location is None:
                 if self.engine is not None:
                     if result.outcome == "throttled":
-                        pacer.back_off(self.engine, host)
+                        pacer.back_off(self.engine, host, result.retry_after_s)
                     elif result.outcome == "ok":
                         pacer.relax(self.engine, host)
                 return result

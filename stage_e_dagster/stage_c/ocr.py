@@ -133,16 +133,22 @@ def _lines(words: list[OcrWord], split_x: float | None) -> list[str]:
 
 
 def _usable(parse: CollectorParse, lexicon: frozenset[str] | None) -> bool:
-    return parse.collector_number is not None and (
+    return parse.collector_number is not None and parse.number_complete and (
         parse.set_code is None or lexicon is None or parse.set_code_known
     )
+
+
+def _score(read: BottomLinesRead) -> int:
+    """How much of the collector line a read that failed the stop rule still found."""
+    parse = read.collector
+    return 2 * (parse.collector_number is not None) + parse.set_code_known + parse.number_complete
 
 
 def read_bottom_lines(band: Image.Image, face_height: int, lexicon: frozenset[str] | None,
                       *, max_attempts: int = len(TIERS)) -> BottomLinesRead:
     """Read the bottom band: stop at the first attempt with a usable collector line, or at an
     ``Illus.`` credit (old frames print no collector number)."""
-    first: BottomLinesRead | None = None
+    best: BottomLinesRead | None = None
     texts: list[str] = []
     for attempt, (tier, words, width) in enumerate(_attempts(band, face_height), start=1):
         all_lines = _lines(words, None)
@@ -164,16 +170,16 @@ def read_bottom_lines(band: Image.Image, face_height: int, lexicon: frozenset[st
             tier=tier, artist_name=artist, illus_anchor=illus, copyright_year=year, proxy_marker=proxy,
             legal_text="\n".join(legal_lines), texts=texts,
         )
-        if first is None:
-            first = read
+        if best is None or _score(read) > _score(best):
+            best = read
         if _usable(collector, lexicon):
             return read
         if illus and collector.collector_number is None:
             return read
         if attempt >= max_attempts:
             break
-    assert first is not None
-    # Prefer a later read that found a number over a first read that found nothing.
-    first.attempts = len(texts)
-    first.texts = texts
-    return first
+    assert best is not None
+    # No read passed the stop rule: keep the one that found most (the earliest among equals).
+    best.attempts = len(texts)
+    best.texts = texts
+    return best

@@ -12,6 +12,8 @@ import time
 import sqlalchemy as sa
 
 MAX_BACKOFF_SCALE = 16.0
+# A host's Retry-After is honoured up to this many seconds; beyond it the card is simply deferred.
+MAX_RETRY_AFTER_S = 30.0
 # Each clean response shrinks the backoff multiplier by this factor (about 23 responses halve it).
 RELAX_FACTOR = 0.97
 
@@ -52,15 +54,17 @@ def wait_for_slot(engine: sa.Engine, destination: str, rate_per_sec: float) -> f
     return 0.0
 
 
-def back_off(engine: sa.Engine, destination: str) -> None:
-    """A 429/503: double the interval for every process (capped)."""
+def back_off(engine: sa.Engine, destination: str, retry_after_s: float | None = None) -> None:
+    """A 429/503: double the interval for every process (capped) and honour ``Retry-After``."""
+    hold_until = time.time() + min(max(retry_after_s or 0.0, 0.0), MAX_RETRY_AFTER_S)
     with engine.begin() as conn:
         conn.execute(
             sa.text(
                 "UPDATE fetch_pacer SET interval_scale = CASE WHEN interval_scale * 2 > :cap THEN :cap "
-                "ELSE interval_scale * 2 END WHERE name = :name"
+                f"ELSE interval_scale * 2 END, next_slot_at = {_greatest(engine)}(next_slot_at, :hold) "
+                "WHERE name = :name"
             ),
-            {"name": destination, "cap": MAX_BACKOFF_SCALE},
+            {"name": destination, "cap": MAX_BACKOFF_SCALE, "hold": hold_until},
         )
 
 

@@ -36,6 +36,8 @@ class CollectorParse:
     set_code: str | None
     language: str | None
     set_code_known: bool
+    # False when the number's printed form looks clipped (the newer style always prints 4 digits).
+    number_complete: bool = True
 
 
 def normalize_number(number: str | None) -> str | None:
@@ -82,7 +84,11 @@ def _set_code_before(text: str, lang_start: int) -> str | None:
 def parse_collector_lines(text: str, lexicon: frozenset[str] | None) -> CollectorParse:
     """Collector number, set code and language from the collector block's text (any line order)."""
     number = None
-    match = _SLASH.search(text) or _RARITY_FIRST.search(text)
+    complete = True
+    match = _SLASH.search(text)
+    if match is None:
+        match = _RARITY_FIRST.search(text)
+        complete = match is None or len(match.group(1).rstrip("abcdefghijklmnopqrstuvwxyz")) == 4
     if match:
         number = match.group(1).replace(" ", "").translate(_DIGIT_FIX)
     else:
@@ -118,7 +124,7 @@ def parse_collector_lines(text: str, lexicon: frozenset[str] | None) -> Collecto
             if fallback_known:
                 set_code, known = fallback, True
                 break
-    return CollectorParse(normalize_number(number) if number else None, set_code, language, known)
+    return CollectorParse(normalize_number(number) if number else None, set_code, language, known, complete)
 
 
 def parse_artist(text: str) -> tuple[str | None, bool]:

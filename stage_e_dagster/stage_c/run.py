@@ -179,7 +179,8 @@ def _process_card(engine: sa.Engine, view: _CardView, report: StageCReport, *, w
         return
 
     if fetched.outcome == "failed":
-        _persist_failed_fetch(engine, view, fetched, report, writer=writer, run_id=run_id, retry_budget=retry_budget)
+        _persist_failed_fetch(engine, view, fetched, report, writer=writer, run_id=run_id, retry_budget=retry_budget,
+                              keys=keys)
         return
 
     assert fetched.data is not None
@@ -209,7 +210,9 @@ def _process_card(engine: sa.Engine, view: _CardView, report: StageCReport, *, w
 
 
 def _persist_failed_fetch(engine: sa.Engine, view: _CardView, fetched: FetchResult, report: StageCReport, *,
-                          writer: str, run_id: str | None, retry_budget: int) -> None:
+                          writer: str, run_id: str | None, retry_budget: int, keys: list[str] | None) -> None:
+    """Count the failure; once it is permanent (or the retry budget is spent) persist a terminal
+    record. A re-extraction (``keys`` = the stale ones) marks only those keys, keeping stored values."""
     report.fetch_failures += 1
     assert fetched.error_class is not None
     with session_scope(engine) as session:
@@ -218,7 +221,8 @@ def _persist_failed_fetch(engine: sa.Engine, view: _CardView, fetched: FetchResu
         if fetched.transient and count_transient_failure(session, view.id) < retry_budget:
             return  # stays in the backlog for a later attempt
         content_hash = view.known_hash or locator_key(view.locator)
-        result: ExtractionResult = terminal_result(content_hash, fetched.error_class, latency_ms=fetched.latency_ms)
+        result: ExtractionResult = terminal_result(content_hash, fetched.error_class, latency_ms=fetched.latency_ms,
+                                                   keys=keys)
         persist_evidence(session, view.id, result, writer=writer, run_id=run_id, seen_hash=view.content_hash,
                          seen_locator=view.locator)
     report.completed += 1

@@ -6,6 +6,8 @@ one human-backed vote in its group, so machine votes alone never resolve a card.
 disagree among themselves, or human weight alone already reaches the bar, machine weight is left
 out of the decision. Cards with the same content hash are one target: their votes are pooled,
 each agent counts once, and an agent that voted for different outcomes across the group is dropped.
+Bytes that are not an image (terminal evidence, e.g. the same HTML error page served for many
+uploads) do not make cards one target: such cards are tallied alone.
 """
 
 from __future__ import annotations
@@ -17,7 +19,7 @@ from typing import Iterable, Sequence
 import sqlalchemy as sa
 from sqlalchemy.orm import Session
 
-from ..catalog.models import Card, PrintingVote
+from ..catalog.models import Card, ImageEvidence, PrintingVote
 
 SOURCE_WEIGHTS = {"user": 1.0, "admin": 5.0, "ocr": 0.5, "deduction": 0.5}
 HUMAN_SOURCES = frozenset({"user", "admin"})
@@ -116,6 +118,10 @@ def recompute_consensus(session: Session, card_ids: Iterable[int]) -> tuple[dict
             members[cid] = (chash, status, inferred)
             if chash is not None:
                 hashes.add(chash)
+    for chunk in _chunks(ids):  # by card id: the (card_id, content_hash) key is the index to use
+        hashes.difference_update(session.execute(
+            sa.select(ImageEvidence.content_hash).where(ImageEvidence.card_id.in_(chunk), ImageEvidence.terminal)
+        ).scalars())
     for chunk in _chunks(sorted(hashes)):
         for cid, chash, status, inferred in session.execute(
             sa.select(Card.id, Card.content_hash, Card.printing_status, Card.inferred_printing_id)
@@ -123,7 +129,7 @@ def recompute_consensus(session: Session, card_ids: Iterable[int]) -> tuple[dict
         ):
             members[cid] = (chash, status, inferred)
 
-    target_of = {cid: (chash if chash is not None else f"card:{cid}") for cid, (chash, _, _) in members.items()}
+    target_of = {cid: (chash if chash in hashes else f"card:{cid}") for cid, (chash, _, _) in members.items()}
     votes_by_target: dict[str, list[VoteRecord]] = defaultdict(list)
     for chunk in _chunks(sorted(members)):
         for cid, agent, source, pid, is_nm in session.execute(

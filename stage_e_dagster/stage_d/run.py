@@ -120,29 +120,37 @@ def _run_chunk(engine: sa.Engine, ids: list[int], run_id: str, index: NameIndex)
         candidates = {cid: [facts[p.id] for p in m.candidates if p.id in facts] for cid, m in matches.items()}
         hashes = {cid: ev.content_hash for cid, ev in evidence.items()}
 
-        def markers() -> dict[tuple[int, str], str]:
-            return _current_markers(session, hashes)
+        markers = _load_markers(session, hashes)
+        seen = markers.current
 
-        seen = markers()
+        def persist(agent: str, decisions: dict[int, Decision]) -> tuple[int, int]:
+            """Write one calculator's decisions; keep ``seen`` current (re-read only if a claim was lost)."""
+            nonlocal markers, seen
+            claimed, written, logged = _persist(session, agent, decisions, hashes, run_id, markers.older)
+            if claimed == set(decisions):
+                seen.update({(cid, agent): decisions[cid].outcome for cid in claimed})
+            else:
+                markers = _load_markers(session, hashes)
+                seen = markers.current
+            return written, logged
+
         decisions = {
             c.id: decide_join_key(evidence[c.id], candidates[c.id], index.lexicon, c.dpi)
             for c in work if (c.id, A.JOIN_KEY_AGENT) not in seen
         }
-        written, logged = _persist(session, A.JOIN_KEY_AGENT, decisions, hashes, run_id)
+        written, logged = persist(A.JOIN_KEY_AGENT, decisions)
         report.join_key_votes += written
         report.abstentions += logged
 
-        seen = markers()
         decisions = {
             c.id: decide_fallback(evidence[c.id], candidates[c.id])
             for c in work
             if seen.get((c.id, A.JOIN_KEY_AGENT)) in A.JOIN_KEY_UNPLACED and (c.id, A.FALLBACK_AGENT) not in seen
         }
-        written, logged = _persist(session, A.FALLBACK_AGENT, decisions, hashes, run_id)
+        written, logged = persist(A.FALLBACK_AGENT, decisions)
         report.fallback_votes += written
         report.abstentions += logged
 
-        seen = markers()
         routes = {
             c.id: Decision(
                 "abstain", reason=A.OUTCOME_TO_REVIEW,
@@ -154,7 +162,7 @@ def _run_chunk(engine: sa.Engine, ids: list[int], run_id: str, index: NameIndex)
             and seen.get((c.id, A.FALLBACK_AGENT)) not in (None, A.OUTCOME_VOTE)
             and (c.id, A.SLOW_PATH_AGENT) not in seen
         }
-        _, logged = _persist(session, A.SLOW_PATH_AGENT, routes, hashes, run_id)
+        _, logged = persist(A.SLOW_PATH_AGENT, routes)
         report.slow_path_routed += logged
         report.abstentions += logged
 
@@ -163,27 +171,39 @@ def _run_chunk(engine: sa.Engine, ids: list[int], run_id: str, index: NameIndex)
     return report
 
 
-def _current_markers(session: Session, hashes: dict[int, str]) -> dict[tuple[int, str], str]:
-    """Pass outcomes per (card, agent) recorded for each card's current content hash."""
+@dataclass
+class _Markers:
+    current: dict[tuple[int, str], str]     # (card, agent) -> outcome on the card's current image
+    older: set[tuple[int, str]]             # (card, agent) pairs that also passed an earlier image
+
+
+def _load_markers(session: Session, hashes: dict[int, str]) -> _Markers:
+    markers = _Markers({}, set())
     if not hashes:
-        return {}
+        return markers
     rows = session.execute(
         sa.select(StageDPass.card_id, StageDPass.agent_id, StageDPass.content_hash, StageDPass.outcome)
         .where(StageDPass.card_id.in_(sorted(hashes)))
     )
-    return {(cid, agent): outcome for cid, agent, chash, outcome in rows if hashes.get(cid) == chash}
+    for cid, agent, chash, outcome in rows:
+        if hashes.get(cid) == chash:
+            markers.current[(cid, agent)] = outcome
+        else:
+            markers.older.add((cid, agent))
+    return markers
 
 
 def _persist(
-    session: Session, agent: str, decisions: dict[int, Decision], hashes: dict[int, str], run_id: str
-) -> tuple[int, int]:
+    session: Session, agent: str, decisions: dict[int, Decision], hashes: dict[int, str], run_id: str,
+    older: set[tuple[int, str]],
+) -> tuple[set[int], int, int]:
     """Claim the pass markers, then write votes and scan-log rows for the claimed cards only.
 
-    Returns (votes written, scan-log rows written). A claimed card's earlier votes by this agent
-    were cast on an older image of the card, so they are replaced.
+    Returns (claimed card ids, votes written, scan-log rows written). A claimed card's earlier
+    votes by this agent were cast on an older image of the card, so they are replaced.
     """
     if not decisions:
-        return 0, 0
+        return set(), 0, 0
     ordered = sorted(decisions)
     claimed = set(insert_ignore(
         session, StageDPass.__table__,
@@ -192,12 +212,14 @@ def _persist(
         returning=StageDPass.__table__.c.card_id,
     ))
     if not claimed:
-        return 0, 0
+        return claimed, 0, 0
     claimed_ids = sorted(claimed)
-    session.execute(
-        sa.delete(PrintingVote).where(PrintingVote.agent_id == agent, PrintingVote.card_id.in_(claimed_ids)),
-        execution_options={"synchronize_session": False},
-    )
+    superseded = [cid for cid in claimed_ids if (cid, agent) in older]
+    if superseded:
+        session.execute(
+            sa.delete(PrintingVote).where(PrintingVote.agent_id == agent, PrintingVote.card_id.in_(superseded)),
+            execution_options={"synchronize_session": False},
+        )
     vote_rows = [
         {"card_id": cid, "printing_id": decisions[cid].printing_id, "is_no_match": decisions[cid].kind == A.OUTCOME_NO_MATCH,
          "agent_id": agent, "source": A.MACHINE_SOURCE, "confidence": decisions[cid].confidence, "run_id": run_id}
@@ -210,17 +232,32 @@ def _persist(
         for cid in claimed_ids if not decisions[cid].is_vote
     ]
     if log_rows:
-        session.execute(sa.insert(ScanLog), log_rows)
-    return len(written), len(log_rows)
+        session.connection().execute(sa.insert(ScanLog.__table__), log_rows)
+    return claimed, len(written), len(log_rows)
 
 
 def _clear_backlog_flags(session: Session, cards: Sequence[sa.Row]) -> None:
-    """Take the chunk's cards out of the Stage D backlog unless a writer changed them since they were read."""
-    pending = [
-        {"card_id": c.id, "seen_updated_at": c.updated_at, "seen_hash": c.content_hash}
-        for c in cards if c.stage_d_pending
-    ]
+    """Take the chunk's cards out of the Stage D backlog unless a writer changed them since they were read.
+
+    Each card is compared with the values read for it (``updated_at`` and ``content_hash``); on
+    PostgreSQL a row another transaction is updating is re-checked after that transaction ends.
+    """
+    pending = [c for c in cards if c.stage_d_pending]
     if not pending:
+        return
+    if session.get_bind().dialect.name == "postgresql":
+        session.execute(
+            sa.text(
+                "UPDATE cards SET stage_d_pending = false, updated_at = now() "
+                "FROM unnest(CAST(:ids AS bigint[]), CAST(:seen_at AS timestamptz[]), CAST(:seen_hash AS text[])) "
+                "AS seen(id, seen_at, seen_hash) "
+                "WHERE cards.id = seen.id AND cards.stage_d_pending "
+                "AND cards.updated_at IS NOT DISTINCT FROM seen.seen_at "
+                "AND cards.content_hash IS NOT DISTINCT FROM seen.seen_hash"
+            ),
+            {"ids": [c.id for c in pending], "seen_at": [c.updated_at for c in pending],
+             "seen_hash": [c.content_hash for c in pending]},
+        )
         return
     table = Card.__table__
     session.connection().execute(
@@ -232,5 +269,5 @@ def _clear_backlog_flags(session: Session, cards: Sequence[sa.Row]) -> None:
             table.c.content_hash.is_not_distinct_from(sa.bindparam("seen_hash", type_=table.c.content_hash.type)),
         )
         .values(stage_d_pending=False),
-        pending,
+        [{"card_id": c.id, "seen_updated_at": c.updated_at, "seen_hash": c.content_hash} for c in pending],
     )

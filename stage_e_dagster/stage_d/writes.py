@@ -13,23 +13,22 @@ import sqlalchemy as sa
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.orm import Session
 
-_ROWS_PER_STATEMENT = 400
-
 
 def insert_ignore(
     session: Session, table: sa.Table, rows: Sequence[dict[str, Any]], returning: sa.Column | None = None
 ) -> list[Any]:
-    """Insert ``rows``, skipping any that would break a unique index; return ``returning`` of the new ones."""
+    """Insert ``rows``, skipping any that would break a unique index; return ``returning`` of the new ones.
+
+    One cached statement run with many parameter sets: SQLAlchemy batches it into multi-row
+    VALUES ("insertmanyvalues") on both back ends.
+    """
     if not rows:
         return []
     dialect = session.get_bind().dialect.name
     insert = postgresql.insert if dialect == "postgresql" else sqlite.insert
-    written: list[Any] = []
+    stmt = insert(table).on_conflict_do_nothing()
     conn = session.connection()
-    for start in range(0, len(rows), _ROWS_PER_STATEMENT):
-        stmt = insert(table).values(list(rows[start:start + _ROWS_PER_STATEMENT])).on_conflict_do_nothing()
-        if returning is not None:
-            written.extend(conn.execute(stmt.returning(returning)).scalars())
-        else:
-            conn.execute(stmt)
-    return written
+    if returning is None:
+        conn.execute(stmt, list(rows))
+        return []
+    return list(conn.execute(stmt.returning(returning), list(rows)).scalars())

@@ -285,3 +285,41 @@ def test_postgres_catalogue_and_dagster_instance(tmp_path: Path, corpus_template
     finally:
         drop_pg_database(catalog_url)
         drop_pg_database(dagster_url)
+
+
+def test_a_trip_cancels_queued_runs_holds_every_tick_and_ack_resumes(corpus_template: Path, tmp_path: Path) -> None:
+    shutil.copy(corpus_template / "catalog.sqlite", tmp_path / "catalog.sqlite")
+    stack = Stack(tmp_path, f"sqlite:///{tmp_path / 'catalog.sqlite'}", corpus_template / "corpus",
+                  extra_env={"STAGE_E_MICRO_BATCH_SIZE": "1", "STAGE_E_MAX_CONCURRENT_DISPATCHES": "1"})
+    try:
+        cards = stack.counts()["cards"]
+        assert stack.stage_e("sweep").returncode == 0  # one backfill: a queue of one-card runs
+        stack.start()
+        instance = stack.instance()
+        dispatch = {"stage_e/dispatch": "micro-batch"}
+        count = lambda *statuses: instance.get_runs_count(RunsFilter(tags=dispatch, statuses=list(statuses)))  # noqa: E731
+        stack.wait_until(
+            lambda: count(DagsterRunStatus.SUCCESS) >= 1 and count(DagsterRunStatus.QUEUED) >= 2,
+            timeout_s=180, what="a finished run with more queued behind it",
+        )
+        opened = stack.stage_e("trips", "open", "--note", "maintenance window")
+        assert opened.returncode == 0, opened.stderr
+        trip_id = opened.stdout.split()[1]
+        stack.wait_until(
+            lambda: count(DagsterRunStatus.QUEUED, DagsterRunStatus.STARTING, DagsterRunStatus.STARTED) == 0,
+            timeout_s=120, what="queued runs cancelled and in-flight work drained",
+        )
+        assert count(DagsterRunStatus.CANCELED) >= 1
+        started_before = count(DagsterRunStatus.SUCCESS, DagsterRunStatus.FAILURE)
+        time.sleep(15)  # three sensor ticks: nothing new may start
+        assert count(DagsterRunStatus.SUCCESS, DagsterRunStatus.FAILURE, DagsterRunStatus.STARTED) == started_before
+        assert stack.counts()["waiting"] > 0
+        assert instance.event_log_storage.get_concurrency_info("stage_e_dispatch").slot_count == 0
+        acked = stack.stage_e("trips", "ack", trip_id, "--note", "window closed")
+        assert acked.returncode == 0, acked.stderr
+        stack.wait_until(stack.idle, timeout_s=300, what="every held card to be processed after the ack")
+        assert stack.counts()["evidence_cards"] == cards
+        assert_no_duplicates(stack.engine)
+    finally:
+        stack.stop()
+        stack.engine.dispose()

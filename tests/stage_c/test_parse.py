@@ -35,6 +35,11 @@ def test_unknown_code_is_kept_but_flagged() -> None:
     assert parse.set_code == "qqx" and not parse.set_code_known
 
 
+def test_clipped_newer_style_number_is_flagged_for_another_read() -> None:
+    assert not parse_collector_lines("R012\nKVS*EN", LEXICON | {"kvs"}).number_complete
+    assert parse_collector_lines("R 0152\nKVS*EN", LEXICON | {"kvs"}).number_complete
+
+
 def test_no_number_on_old_frames() -> None:
     parse = parse_collector_lines("Illus. Anna Adler\n\u00a9 1995 Wizards of the Coast", LEXICON)
     assert parse.collector_number is None and parse.set_code is None

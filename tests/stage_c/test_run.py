@@ -3,10 +3,13 @@ retry budget, manifest staleness and image changes."""
 
 from __future__ import annotations
 
+import io
+import time
 from pathlib import Path
 
 import pytest
 import sqlalchemy as sa
+from PIL import Image
 from sqlalchemy.orm import Session
 
 from stage_e_dagster.catalog.models import Card, FetchOutcome, ImageEvidence
@@ -48,6 +51,9 @@ def root(tmp_path: Path, card_jpeg: bytes) -> Path:
     (root / "good.jpg").write_bytes(card_jpeg)
     (root / "trunc.jpg").write_bytes(card_jpeg[: len(card_jpeg) // 2])
     (root / "html.jpg").write_bytes(b"<html>error</html>")
+    bomb = io.BytesIO()
+    Image.new("1", (9000, 9000)).save(bomb, format="PNG")
+    (root / "bomb.png").write_bytes(bomb.getvalue())
     return root
 
 
@@ -84,7 +90,7 @@ def test_declared_hash_with_current_evidence_is_not_fetched(engine: sa.Engine, r
 @pytest.mark.parametrize(
     ("name", "error", "truncated"),
     [("missing.jpg", "not-found", False), ("trunc.jpg", "truncated-image", False),
-     ("html.jpg", "not-an-image", False)],
+     ("html.jpg", "not-an-image", False), ("bomb.png", "decompression-bomb", False)],
 )
 def test_bad_files_become_terminal_records_once(engine: sa.Engine, root: Path, name: str, error: str,
                                                 truncated: bool) -> None:
@@ -142,7 +148,19 @@ def test_throttled_cards_are_deferred_not_failed(engine: sa.Engine, image_host: 
     assert evidence(engine, cid) == [] and card(engine, cid).stage_c_pending is True
     assert outcomes(engine) == [("throttled", cid)]
     with engine.connect() as conn:  # the shared pacer backed off for every process
-        assert conn.execute(sa.text("SELECT interval_scale FROM fetch_pacer")).scalar_one() == 2.0
+        scale, next_slot = conn.execute(sa.text("SELECT interval_scale, next_slot_at FROM fetch_pacer")).one()
+    assert scale == 2.0
+    if path == "/busy.jpg":  # the host said Retry-After: 3
+        assert next_slot > time.time() + 1.5
+
+
+@pytest.mark.parametrize(("path", "error"), [("/missing.jpg", "not-found"), ("/html.jpg", "not-an-image")])
+def test_http_permanent_failures_are_terminal(engine: sa.Engine, image_host: str, path: str, error: str) -> None:
+    cid = add_card(engine, image_host + path)
+    with make_fetcher(engine, [], [image_host.split("//", 1)[1]]) as fetcher:
+        report = run_stage_c(engine, [cid], writer="w", run_id=None, fetcher=fetcher, lexicon=frozenset())
+    assert (report.terminal, report.fetch_failures) == (1, 1)
+    assert evidence(engine, cid)[0].fetch_error_class == error and outcomes(engine) == [("failed", cid)]
 
 
 def test_transient_failures_have_a_bounded_retry_budget(engine: sa.Engine, image_host: str) -> None:
@@ -182,6 +200,26 @@ def test_stale_extractor_is_recomputed_alone(engine: sa.Engine, root: Path) -> N
     [row] = evidence(engine, cid)
     assert row.symbol_phash == real_phash and row.collector_number == "sentinel"
     assert row.extractor_versions == dict(MANIFEST_VERSIONS) and row.writer == "w2"
+
+
+def test_failed_refetch_for_a_stale_key_keeps_the_stored_values(engine: sa.Engine, root: Path,
+                                                                card_jpeg: bytes) -> None:
+    (root / "gone.jpg").write_bytes(card_jpeg)
+    cid = add_card(engine, (root / "gone.jpg").as_uri())
+    with make_fetcher(engine, [root]) as fetcher:
+        run_stage_c(engine, [cid], writer="w", run_id=None, fetcher=fetcher, lexicon=frozenset())
+        [row] = evidence(engine, cid)
+        with engine.begin() as conn:
+            conn.execute(sa.update(ImageEvidence).where(ImageEvidence.id == row.id).values(
+                extractor_versions=dict(row.extractor_versions, art_phash="art-phash-v0")))
+        mark_stale_evidence(engine)
+        (root / "gone.jpg").unlink()
+        report = run_stage_c(engine, None, writer="w", run_id=None, fetcher=fetcher, lexicon=frozenset())
+    assert report.terminal == 1
+    [after] = evidence(engine, cid)
+    assert after.terminal and after.skip_reasons.get("art_phash") == "not-found"
+    assert after.collector_number == row.collector_number and after.width == row.width and after.fetch_ok is True
+    assert after.extractor_versions == dict(MANIFEST_VERSIONS)
 
 
 def test_limit_progress_and_stop(engine: sa.Engine, root: Path) -> None:

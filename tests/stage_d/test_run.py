@@ -216,3 +216,18 @@ def test_scoped_cost_follows_the_list_not_the_catalogue(sqlite_template, tmp_pat
         figures.append(_scoped_statements(engine, extra_cards=extra))
         engine.dispose()
     assert figures[0] == figures[1]
+
+
+def test_identical_non_image_bytes_do_not_pool(engine: sa.Engine) -> None:
+    """Many uploads can fetch the same error page; those cards stay separate targets."""
+    b = CatalogueBuilder(engine)
+    dmu = b.printing("Tithe Taker", "dmu", "41")
+    fdn = b.printing("Tithe Taker", "fdn", "41")
+    page = "sha256:" + "ee" * 32
+    first = b.card("Tithe Taker", content_hash=page, evidence=dict(terminal=True, fetch_ok=False))
+    second = b.card("Tithe Taker", content_hash=page, evidence=dict(terminal=True, fetch_ok=False))
+    for user in ("ann", "bob"):
+        cast_human_vote(engine, first, dmu, user=user)
+        cast_human_vote(engine, second, fdn, user=user)
+    assert card_state(engine, first)[:2] == ("resolved", dmu)
+    assert card_state(engine, second)[:2] == ("resolved", fdn)

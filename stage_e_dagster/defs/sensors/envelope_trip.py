@@ -91,6 +91,8 @@ def _load_cursor(raw: str | None) -> tuple[float, set[str]]:
 )
 def envelope_trip_sensor(context: SensorEvaluationContext, stage_e: StageEResource) -> SensorResult:
     settings = stage_e.settings()
+    if not settings.streaming_enabled:
+        return SensorResult(skip_reason="streaming is off (STAGE_E_STREAMING_ENABLED=false)")
     engine = stage_e.engine()
     ceilings = Ceilings.from_settings(settings)
     instance = context.instance

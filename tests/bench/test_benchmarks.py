@@ -1,0 +1,62 @@
+"""Smoke tests: each dispatch benchmark runs end to end at a tiny size and prints its ratio lines.
+
+They check that the benchmarks still run against the current code, never how fast anything is.
+"""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+BENCH = Path(__file__).resolve().parents[2] / "bench"
+NUMBER = r"[-+]?\d+\.\d+"
+
+
+def run_bench(script: str, *args: str, timeout: int = 300) -> str:
+    done = subprocess.run(
+        [sys.executable, str(BENCH / script), *args], capture_output=True, text=True, timeout=timeout,
+    )
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    return done.stdout
+
+
+def tick_ratio_lines(out: str, label: str) -> dict[str, float]:
+    found = {}
+    for kind in ("backlog", "idle"):
+        match = re.search(rf"^\[{label}\] ratio {kind} tick 2k/200: median ({NUMBER})  p90 ({NUMBER})", out, re.M)
+        assert match, out
+        found[kind] = float(match.group(1))
+    return found
+
+
+SMALL_TICK = ("--sizes", "200,2000", "--backlog", "20", "--reps", "3", "--warmup", "1")
+
+
+@pytest.mark.slow
+def test_sensor_tick_bench_prints_its_ratio_on_sqlite() -> None:
+    out = run_bench("sensor_tick.py", *SMALL_TICK)
+    ratios = tick_ratio_lines(out, "sqlite")
+    assert all(r > 0 for r in ratios.values())
+    assert re.search(r"^\[sqlite\] backlog tick,\s+2k cards: median\s+" + NUMBER + r" ms\s+p90", out, re.M), out
+
+
+@pytest.mark.slow
+@pytest.mark.postgres
+def test_sensor_tick_bench_prints_its_ratio_on_postgres() -> None:
+    out = run_bench("sensor_tick.py", *SMALL_TICK, "--postgres", "--explain")
+    assert all(r > 0 for r in tick_ratio_lines(out, "postgres").values())
+    assert "Index Scan" in out or "Seq Scan" in out, out  # the plan of the tick's slowest cards query
+
+
+@pytest.mark.slow
+def test_end_to_end_bench_prints_throughput_ratio_and_overhead() -> None:
+    out = run_bench("end_to_end.py", "--cards", "6", "--sizes", "2,3", "--launched", "1", timeout=600)
+    for size in (2, 3):
+        assert re.search(rf"^\[batch {size}\] ratio dagster/plain throughput: {NUMBER}", out, re.M), out
+        assert re.search(rf"^\[batch {size}\] per-run fixed overhead .*median {NUMBER} s", out, re.M), out
+        assert re.search(rf"^\[batch {size}\] launched run .*ratio launched/plain time {NUMBER}", out, re.M), out
+    assert re.search(rf"^ratio overhead per card, batch 3 vs batch 2: {NUMBER} / {NUMBER} ms per card", out, re.M), out

@@ -1,0 +1,58 @@
+"""The code location loads, and the public names in DESIGN.md are what it defines."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from dagster import DagsterInstance, DefaultSensorStatus, Definitions, DynamicPartitionsDefinition
+from dagster._core.instance.ref import InstanceRef
+
+from stage_e_dagster.definitions import defs
+from stage_e_dagster.defs.instance import EMBEDDED_INSTANCE_YAML, PROJECT_ROOT, WORKSPACE_YAML
+
+
+def test_definitions_are_loadable_and_name_the_public_parts() -> None:
+    Definitions.validate_loadable(defs)
+    graph = defs.resolve_asset_graph()
+    keys = {k.to_user_string() for k in graph.get_all_asset_keys()}
+    assert keys == {"stage_c_evidence", "stage_d_verdicts"}
+    for name in keys:
+        node = graph.get(next(k for k in graph.get_all_asset_keys() if k.to_user_string() == name))
+        assert node.group_name == "stage_e"
+        assert isinstance(node.partitions_def, DynamicPartitionsDefinition)
+        assert node.partitions_def.name == "micro_batches"
+        assert node.pools == {"stage_e_dispatch"}
+    job = defs.resolve_job_def("stage_e_dispatch")
+    assert job.executor_def.name == "in_process"
+    statuses = {s.name: s.default_status for s in defs.sensors}
+    assert statuses == {
+        "card_created_sensor": DefaultSensorStatus.RUNNING,
+        "evidence_changed_sensor": DefaultSensorStatus.RUNNING,
+        "envelope_trip_sensor": DefaultSensorStatus.RUNNING,
+        "backstop_sweep_sensor": DefaultSensorStatus.STOPPED,
+    }
+
+
+def test_the_embedded_instance_config_is_valid_and_sets_what_dispatch_relies_on(tmp_path: Path) -> None:
+    (tmp_path / "dagster.yaml").write_text(EMBEDDED_INSTANCE_YAML.read_text())
+    instance = DagsterInstance.from_ref(InstanceRef.from_dir(str(tmp_path)))
+    assert instance.run_monitoring_enabled
+    assert instance.run_monitoring_max_runtime_seconds == 1800
+    assert not instance.telemetry_enabled
+    assert instance.get_concurrency_config().pool_config.pool_granularity.value == "run"
+    assert instance.run_coordinator.dequeue_interval_seconds == 1  # type: ignore[attr-defined]
+
+
+@pytest.mark.slow
+def test_workspace_yaml_loads_the_code_location(tmp_path: Path) -> None:
+    env = {"PATH": str(Path(sys.executable).parent) + ":/usr/bin:/bin", "DAGSTER_HOME": str(tmp_path),
+           "STAGE_E_DATABASE_URL": f"sqlite:///{tmp_path / 'c.sqlite'}", "HOME": str(tmp_path)}
+    (tmp_path / "dagster.yaml").write_text(EMBEDDED_INSTANCE_YAML.read_text())
+    result = subprocess.run(
+        [str(Path(sys.executable).parent / "dagster"), "definitions", "validate", "-w", str(WORKSPACE_YAML)],
+        cwd=PROJECT_ROOT, env=env, capture_output=True, text=True, timeout=180,
+    )
+    assert result.returncode == 0, result.stdout + result.stderr

@@ -1,0 +1,131 @@
+"""The envelope enforced by the sensors: every bar, the hold on queued runs, and the release after ack."""
+
+from __future__ import annotations
+
+import pytest
+import sqlalchemy as sa
+from dagster import SensorResult
+
+from stage_e_dagster.catalog.engine import session_scope
+from stage_e_dagster.catalog.models import EnvelopeTrip, MicroBatch
+from stage_e_dagster.defs.hold import pool_limit
+from stage_e_dagster.envelope.fetch_window import record_fetch_outcome
+from stage_e_dagster.envelope.signals import current_rss_mb, peak_rss_mb
+from stage_e_dagster.envelope.trips import acknowledge_trip, current_open_trip, open_trip
+
+from .conftest import Pipeline
+from .test_streaming import skip_text
+
+
+@pytest.fixture(autouse=True)
+def streaming_on(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("STAGE_E_STREAMING_ENABLED", "true")
+
+
+def open_trips(pipeline: Pipeline) -> list[tuple[str, str | None]]:
+    with session_scope(pipeline.engine) as session:
+        return [(t.bar, t.run_id) for t in session.execute(sa.select(EnvelopeTrip).order_by(EnvelopeTrip.id)).scalars()]
+
+
+def test_requests_carry_trigger_attempt_and_max_runtime_tags_and_respect_free_slots(pipeline: Pipeline, monkeypatch) -> None:
+    monkeypatch.setenv("STAGE_E_MICRO_BATCH_SIZE", "2")
+    result = pipeline.tick("card_created_sensor")
+    assert isinstance(result, SensorResult) and len(result.run_requests) == 2  # the cap is 2
+    for request in result.run_requests:
+        assert request.run_key == request.partition_key
+        assert request.tags["stage_e/trigger_reason"] == "card-created"
+        assert request.tags["stage_e/attempt"] == "1"
+        assert request.tags["dagster/max_runtime"] == "1800"
+    assert pool_limit(pipeline.instance) == 2
+
+
+def test_failure_rate_over_the_bar_trips_and_every_dispatch_sensor_skips(pipeline: Pipeline) -> None:
+    with session_scope(pipeline.engine) as session:
+        for _ in range(5):
+            record_fetch_outcome(session, "failed", status_code=404)
+    assert "envelope within bars" in skip_text(pipeline.tick("envelope_trip_sensor"))
+    with session_scope(pipeline.engine) as session:
+        record_fetch_outcome(session, "failed", status_code=404)  # the sixth in the window
+    pipeline.tick("envelope_trip_sensor")
+    assert open_trips(pipeline) == [("fetch_failure_rate", None)]
+    for name in ("card_created_sensor", "evidence_changed_sensor"):
+        assert "fetch_failure_rate" in skip_text(pipeline.tick(name))
+
+
+def test_host_load_over_the_bar_trips_in_the_dispatch_sensor_itself(pipeline: Pipeline, monkeypatch) -> None:
+    monkeypatch.setenv("STAGE_E_HOST_LOAD_CEILING", "0")
+    text = skip_text(pipeline.tick("card_created_sensor"))
+    assert "crossed host_load" in text
+    assert [bar for bar, _ in open_trips(pipeline)] == ["host_load"]
+    # The next tick sees the open trip; it does not open another one.
+    assert "is open" in skip_text(pipeline.tick("card_created_sensor"))
+    pipeline.tick("envelope_trip_sensor")
+    assert len(open_trips(pipeline)) == 1
+
+
+def test_a_run_whose_peak_rss_crosses_the_bar_opens_one_trip(pipeline: Pipeline, monkeypatch) -> None:
+    request = pipeline.tick("card_created_sensor").run_requests[0]
+    # In process, the "worker" is this test process: raise its high-water mark 300 MB above its
+    # present size, then set the bar between the two, so the start-of-run sample passes and the
+    # end-of-run peak crosses.
+    ballast = bytearray(300 * 1024 * 1024)
+    ballast[::4096] = b"x" * len(ballast[::4096])
+    del ballast
+    now, peak = current_rss_mb(), peak_rss_mb()
+    assert peak - now > 200
+    monkeypatch.setenv("STAGE_E_RSS_MB_CEILING", str(round(now + 100)))
+    outcome = pipeline.run(request.partition_key, tags=dict(request.tags))
+    assert outcome.success
+    assert open_trips(pipeline) == [("rss", outcome.run_id)]
+    pipeline.tick("envelope_trip_sensor")  # sees the run end; the run already opened the trip
+    assert open_trips(pipeline) == [("rss", outcome.run_id)]
+
+
+def test_an_open_trip_holds_the_pool_and_ack_restores_it(pipeline: Pipeline) -> None:
+    # (Cancelling queued runs needs runs in a real queue: see test_daemon.py.)
+    assert pipeline.tick("card_created_sensor").run_requests
+    assert pool_limit(pipeline.instance) == 2
+    with session_scope(pipeline.engine) as session:
+        trip_id = open_trip(session, "manual", {"note": "maintenance"}).trip_id
+    for _ in range(3):
+        for name in ("card_created_sensor", "evidence_changed_sensor"):
+            assert trip_id in skip_text(pipeline.tick(name))
+        assert pool_limit(pipeline.instance) == 0
+    pipeline.tick("envelope_trip_sensor")
+    assert pool_limit(pipeline.instance) == 0
+    with session_scope(pipeline.engine) as session:
+        acknowledge_trip(session, trip_id, note="maintenance done", by="ops")
+    pipeline.tick("card_created_sensor")
+    assert pool_limit(pipeline.instance) == 2
+    with session_scope(pipeline.engine) as session:
+        assert current_open_trip(session) is None
+
+
+def test_a_failed_run_gets_a_ledger_entry_and_a_retry_under_a_new_key(pipeline: Pipeline, monkeypatch) -> None:
+    request = pipeline.tick("card_created_sensor").run_requests[0]
+    # Break the batch's catalogue row so the run fails inside Stage C: its card list names a card
+    # id that is not an integer, which the stage's query cannot bind.
+    with session_scope(pipeline.engine) as session:
+        batch = session.get(MicroBatch, request.partition_key)
+        cards = list(batch.card_ids)
+    outcome_env = dict(request.tags)
+    monkeypatch.setenv("STAGE_E_DATABASE_URL", pipeline.url)
+    with pipeline.engine.begin() as conn:
+        conn.execute(sa.text("UPDATE micro_batches SET card_ids = :ids WHERE batch_key = :k"),
+                     {"ids": '["not-a-card"]', "k": request.partition_key})
+    outcome = pipeline.run(request.partition_key, tags=outcome_env)
+    assert not outcome.success
+    with pipeline.engine.begin() as conn:  # put the real card list back, as an operator would
+        conn.execute(sa.text("UPDATE micro_batches SET card_ids = :ids WHERE batch_key = :k"),
+                     {"ids": str(cards).replace(" ", ""), "k": request.partition_key})
+    result = pipeline.tick("envelope_trip_sensor")
+    [event] = result.asset_events
+    meta = {k: v.value for k, v in event.metadata.items()}
+    assert meta["failure_reason"] and meta["run_id"] == outcome.run_id and meta["attempt"] == 1
+    assert meta["retry_batch_key"] == request.partition_key + "-r2"
+    retry = pipeline.tick("card_created_sensor")
+    keys = [r.partition_key for r in retry.run_requests]
+    assert request.partition_key + "-r2" in keys
+    r2 = next(r for r in retry.run_requests if r.partition_key == request.partition_key + "-r2")
+    assert r2.tags["stage_e/attempt"] == "2" and r2.run_key == request.partition_key + "-r2"
+    assert pipeline.run(r2.partition_key, tags=dict(r2.tags)).success
