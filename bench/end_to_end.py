@@ -71,6 +71,7 @@ class BatchTiming:
     plain_s: float
     framework_s: float
     tick_s: float
+    phases: dict[str, float]
     launched_s: float | None = None
 
 
@@ -125,30 +126,48 @@ def plain_batch(url: str, card_ids: list[int], run_id: str) -> float:
     return time.perf_counter() - started
 
 
-def dagster_batch(instance: DagsterInstance, url: str, partition_key: str, tags: dict[str, str]) -> tuple[float, float]:
-    """Execute the dispatch job for one partition in process; returns (run wall s, framework s)."""
+PHASES = ("create", "start", "between", "finish", "return")
+
+
+def dagster_batch(instance: DagsterInstance, url: str, partition_key: str,
+                  tags: dict[str, str]) -> tuple[float, float, dict[str, float]]:
+    """Execute the dispatch job for one partition in process.
+
+    Returns the run's wall time, the framework time outside its two steps, and that time by phase.
+    """
     os.environ["STAGE_E_DATABASE_URL"] = url  # the job's resource reads it through EnvVar at launch
     job = defs.resolve_job_def("stage_e_dispatch")
-    started = time.perf_counter()
+    called = time.time()
     result = job.execute_in_process(partition_key=partition_key, instance=instance, tags=tags, raise_on_error=False,
                                     run_config=QUIET_CONSOLE)
-    wall = time.perf_counter() - started
+    returned = time.time()
     if not result.success:
         raise SystemExit(f"dispatch run for {partition_key} failed: {result.all_events[-1]}")
-    return wall, wall - step_seconds(instance, result.run_id)
+    phases = framework_phases(instance, result.run_id, called, returned)
+    return returned - called, sum(phases.values()), phases
 
 
-def step_seconds(instance: DagsterInstance, run_id: str) -> float:
-    """Sum of the run's step durations (STEP_START to STEP_SUCCESS) from its event log."""
-    starts: dict[str, float] = {}
-    total = 0.0
-    kinds = {DagsterEventType.STEP_START, DagsterEventType.STEP_SUCCESS}
-    for entry in instance.all_logs(run_id, of_type=kinds):
-        if entry.dagster_event.event_type == DagsterEventType.STEP_START:
-            starts[entry.step_key] = entry.timestamp
-        elif entry.step_key in starts:
-            total += entry.timestamp - starts[entry.step_key]
-    return total
+def framework_phases(instance: DagsterInstance, run_id: str, called: float, returned: float) -> dict[str, float]:
+    """Where the run's time outside its steps goes, from the event log's timestamps.
+
+    create: call to RUN_START (run record, snapshots); start: RUN_START to the first step (resources,
+    log capture); between: one step's success to the next step's start; finish: last step to
+    RUN_SUCCESS; return: RUN_SUCCESS to the call returning.
+    """
+    kinds = {DagsterEventType.RUN_START, DagsterEventType.STEP_START, DagsterEventType.STEP_SUCCESS,
+             DagsterEventType.RUN_SUCCESS}
+    events = [(e.timestamp, e.dagster_event.event_type) for e in instance.all_logs(run_id, of_type=kinds)]
+    run_start = min(ts for ts, k in events if k == DagsterEventType.RUN_START)
+    run_end = min(ts for ts, k in events if k == DagsterEventType.RUN_SUCCESS)
+    starts = sorted(ts for ts, k in events if k == DagsterEventType.STEP_START)
+    successes = sorted(ts for ts, k in events if k == DagsterEventType.STEP_SUCCESS)
+    return {
+        "create": run_start - called,
+        "start": starts[0] - run_start,
+        "between": sum(nxt - done for done, nxt in zip(successes, starts[1:])),
+        "finish": run_end - successes[-1],
+        "return": returned - run_end,
+    }
 
 
 def launched_batch(instance: DagsterInstance, url: str, card_ids: list[int], home: Path) -> float:
@@ -215,12 +234,14 @@ def run_size(template: Path, folder: Path, instance: DagsterInstance, home: Path
                 ids = list(session.get(MicroBatch, request.partition_key).card_ids)
             index = len(out.batches)
             if index % 2 == 0:
-                dagster_s, framework_s = dagster_batch(instance, dagster_url, request.partition_key, dict(request.tags))
+                dagster_s, framework_s, phases = dagster_batch(instance, dagster_url, request.partition_key,
+                                                               dict(request.tags))
                 plain_s = plain_batch(plain_url, ids, run_id=f"plain-{batch_size}-{index}")
             else:
                 plain_s = plain_batch(plain_url, ids, run_id=f"plain-{batch_size}-{index}")
-                dagster_s, framework_s = dagster_batch(instance, dagster_url, request.partition_key, dict(request.tags))
-            timing = BatchTiming(ids, dagster_s, plain_s, framework_s, tick_s / len(result.run_requests))
+                dagster_s, framework_s, phases = dagster_batch(instance, dagster_url, request.partition_key,
+                                                               dict(request.tags))
+            timing = BatchTiming(ids, dagster_s, plain_s, framework_s, tick_s / len(result.run_requests), phases)
             if index < launched:
                 timing.launched_s = launched_batch(instance, launched_url, ids, home)
             out.batches.append(timing)
@@ -259,6 +280,8 @@ def report(results: list[SizeResult]) -> None:
         print(f"{tag} per-run fixed overhead (run wall - plain, same batch): mean {sum(overhead) / len(overhead):+.3f} s  "
               f"median {median(overhead):+.3f} s;  framework outside steps: median {median(framework):.3f} s;  "
               f"tick {sum(b.tick_s for b in r.batches) / len(r.batches):.3f} s per batch")
+        print(f"{tag} framework outside steps by phase (median s): " + "  ".join(
+            f"{phase} {median([b.phases[phase] for b in r.batches]):.3f}" for phase in PHASES))
         launched = [b for b in r.batches if b.launched_s is not None]
         if launched:
             extra = [b.launched_s - b.plain_s for b in launched]  # type: ignore[operator]

@@ -11,13 +11,16 @@ Two kinds of tick are timed at each size:
     the batches and their claims are deleted between repetitions so every tick does the same work;
   * idle: the backlog is emptied first, so the tick finds nothing (the common tick of a quiet system).
 
-Prints median and p90 ms per tick for each size and kind, the statements that took the most time,
-and the ratio largest/smallest size (target <= 1.5: selection must cost O(batch), not O(catalogue)).
+The sizes are ticked in turn (one tick each per round), so drifting load on a shared machine hits
+them alike. Prints median and p90 ms per tick for each size and kind, the catalogue SQL time per
+tick and the statements that took longest, and the ratio largest/smallest size for the whole tick
+(target <= 1.5: selection must cost O(batch), not O(catalogue)) and for its catalogue SQL alone.
 
 Usage:
   python bench/sensor_tick.py                      # SQLite, 10k and 1M cards
   python bench/sensor_tick.py --postgres           # PostgreSQL (a throwaway database on 127.0.0.1:5432)
-  python bench/sensor_tick.py --sizes 500,5000 --backlog 50 --reps 5   # seconds, for a smoke test
+  python bench/sensor_tick.py --explain            # also the plan of each tick's slowest cards query
+  python bench/sensor_tick.py --sizes 200,2000 --backlog 20 --reps 3   # seconds, for a smoke test
 """
 
 from __future__ import annotations
@@ -131,7 +134,7 @@ def build_catalogue(url: str, *, cards: int, backlog: int, newest: int) -> Catal
 
 
 def _statement_timer(engine: sa.Engine, sink: TickTimes, active: list[bool]):  # type: ignore[no-untyped-def]
-    """Per-statement wall time, keyed by the statement's first line, while ``active[0]`` is set."""
+    """Per-statement wall time, keyed by the statement's first 110 characters, while ``active[0]`` is set."""
 
     def before(conn, cursor, statement, parameters, context, executemany):  # type: ignore[no-untyped-def]
         conn.info["bench_t0"] = time.perf_counter()

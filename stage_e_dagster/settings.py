@@ -59,8 +59,9 @@ def _parse_bool(name: str, raw: str) -> bool:
     raise SettingsError(f"{name}={raw!r} is not a boolean (use true or false)")
 
 
-def _parse_number(name: str, raw: str, kind: Callable[[str], T], minimum: float | None,
-                  maximum: float | None = None) -> T:
+def _parse_number(
+    name: str, raw: str, kind: Callable[[str], T], minimum: float | None, maximum: float | None = None
+) -> T:
     try:
         value = kind(raw.strip())
     except ValueError:
@@ -88,8 +89,9 @@ def load_settings(environ: Mapping[str, str] | None = None) -> Settings:
         value = env.get(name)
         return None if value is None or value.strip() == "" else value
 
-    def number(name: str, kind: Callable[[str], T], default: T, minimum: float | None,
-               maximum: float | None = None) -> T:
+    def number(
+        name: str, kind: Callable[[str], T], default: T, minimum: float | None, maximum: float | None = None
+    ) -> T:
         raw = get(name)
         return default if raw is None else _parse_number(name, raw, kind, minimum, maximum)
 
@@ -99,9 +101,7 @@ def load_settings(environ: Mapping[str, str] | None = None) -> Settings:
     roots_raw = get("STAGE_E_IMAGE_ROOTS")
     hosts_raw = get("STAGE_E_FETCH_ALLOWED_HOSTS")
     return Settings(
-        streaming_enabled=(
-            _parse_bool("STAGE_E_STREAMING_ENABLED", raw_enabled) if raw_enabled is not None else False
-        ),
+        streaming_enabled=(_parse_bool("STAGE_E_STREAMING_ENABLED", raw_enabled) if raw_enabled is not None else False),
         state_dir=state_dir,
         database_url=get("STAGE_E_DATABASE_URL") or default_database_url(state_dir),
         micro_batch_size=number("STAGE_E_MICRO_BATCH_SIZE", int, defaults.micro_batch_size, 1),
@@ -113,9 +113,7 @@ def load_settings(environ: Mapping[str, str] | None = None) -> Settings:
         fetch_failure_rate_ceiling=number(
             "STAGE_E_FETCH_FAILURE_RATE_CEILING", float, defaults.fetch_failure_rate_ceiling, 0, 1
         ),
-        fetch_failure_window=number(
-            "STAGE_E_FETCH_FAILURE_WINDOW", int, defaults.fetch_failure_window, 1
-        ),
+        fetch_failure_window=number("STAGE_E_FETCH_FAILURE_WINDOW", int, defaults.fetch_failure_window, 1),
         image_roots=(
             tuple(Path(p).expanduser().resolve() for p in _split(roots_raw, os.pathsep))
             if roots_raw

@@ -7,11 +7,12 @@ import sqlalchemy as sa
 from stage_e_dagster.catalog.models import Card
 
 
-def insert_cards(engine: sa.Engine, count: int, *, prefix: str = "card", locator: str = "file:///nowhere/{i}.jpg") -> list[int]:
+def insert_cards(
+    engine: sa.Engine, count: int, *, prefix: str = "card", locator: str = "file:///nowhere/{i}.jpg"
+) -> list[int]:
     """Insert ``count`` cards with raw SQL-level inserts; returns their ids in order."""
     rows = [
-        {"identifier": f"{prefix}-{i}", "name": f"Card {i}", "image_locator": locator.format(i=i)}
-        for i in range(count)
+        {"identifier": f"{prefix}-{i}", "name": f"Card {i}", "image_locator": locator.format(i=i)} for i in range(count)
     ]
     with engine.begin() as conn:
         conn.execute(sa.insert(Card), rows)

@@ -23,8 +23,7 @@ def _check_url(url: str) -> sa.URL:
         raise DatabaseUrlError(f"not a database URL: {url!r}") from exc
     if parsed.drivername not in ("sqlite", "sqlite+pysqlite", "postgresql+psycopg2"):
         raise DatabaseUrlError(
-            f"unsupported database URL scheme {parsed.drivername!r}: "
-            "use sqlite:///PATH or postgresql+psycopg2://..."
+            f"unsupported database URL scheme {parsed.drivername!r}: use sqlite:///PATH or postgresql+psycopg2://..."
         )
     return parsed
 

@@ -11,8 +11,8 @@ from alembic.config import Config
 from alembic.migration import MigrationContext
 from alembic.script import ScriptDirectory
 
-from .base import Base
 from . import models  # noqa: F401
+from .base import Base
 
 MIGRATIONS_DIR = Path(__file__).with_name("migrations")
 

@@ -26,19 +26,28 @@ def list_command(
 ) -> None:
     """The newest micro-batches with their status."""
     with session_scope(catalog_engine()) as session:
-        rows = session.execute(sa.select(MicroBatch).order_by(MicroBatch.created_at.desc()).limit(limit)).scalars().all()
+        rows = (
+            session.execute(sa.select(MicroBatch).order_by(MicroBatch.created_at.desc()).limit(limit)).scalars().all()
+        )
         table = Table("batch", "status", "trigger", "attempt", "cards", "created (UTC)", "failure")
         for b in rows:
             table.add_row(
-                b.batch_key, b.status, b.trigger_reason, str(b.attempt), str(len(b.card_ids)),
-                f"{b.created_at:%Y-%m-%d %H:%M:%S}", (b.failure_reason or "")[:60],
+                b.batch_key,
+                b.status,
+                b.trigger_reason,
+                str(b.attempt),
+                str(len(b.card_ids)),
+                f"{b.created_at:%Y-%m-%d %H:%M:%S}",
+                (b.failure_reason or "")[:60],
             )
     Console().print(table)
 
 
 @app.command()
 def prune(
-    older_than_days: Annotated[float, typer.Option("--older-than-days", min=0, help="Age of finished batches to delete.")] = 7,
+    older_than_days: Annotated[
+        float, typer.Option("--older-than-days", min=0, help="Age of finished batches to delete.")
+    ] = 7,
 ) -> None:
     """Delete finished batches' partitions and rows older than the cutoff (their events stay in the ledger)."""
     cfg = settings()

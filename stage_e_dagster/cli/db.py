@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import typer
 
-from ..catalog.migrate import current_revision, head_revision, schema_drift, upgrade as run_upgrade
+from ..catalog.migrate import current_revision, head_revision, schema_drift
+from ..catalog.migrate import upgrade as run_upgrade
 from .context import catalog_engine, safe_url, settings
 from .errors import CliError
 

@@ -28,7 +28,6 @@ from ..settings import Settings
 from .context import catalog_engine, settings
 from .errors import CliError
 
-
 DEMO_LOAD_FACTOR = 3
 
 
@@ -104,7 +103,9 @@ def _idle(snap: dict[str, int]) -> bool:
 
 def demo(
     headless: Annotated[bool, typer.Option("--headless", help="Run the daemon without the UI.")] = False,
-    until_idle: Annotated[bool, typer.Option("--until-idle", help="Stop once the backlog has drained (headless).")] = False,
+    until_idle: Annotated[
+        bool, typer.Option("--until-idle", help="Stop once the backlog has drained (headless).")
+    ] = False,
     cards: Annotated[int, typer.Option("--cards", min=1, help="Cards in the synthetic corpus (first run only).")] = 60,
     seed: Annotated[int, typer.Option("--seed", help="Corpus seed (first run only).")] = 7,
     timeout: Annotated[float, typer.Option("--timeout", min=1, help="Seconds before --until-idle gives up.")] = 900,
@@ -121,13 +122,20 @@ def demo(
         typer.echo(f"seeding {cards} synthetic cards into {corpus_dir} ...")
         seed_corpus(engine, corpus_dir, cards=cards, seed=seed)
     env = child_environment(cfg, corpus_dir)
-    typer.echo(
-        f"streaming on for the demo's processes; host load bar {env.get('STAGE_E_HOST_LOAD_CEILING', cfg.host_load_ceiling)}"
-    )
+    load_bar = env.get("STAGE_E_HOST_LOAD_CEILING", cfg.host_load_ceiling)
+    typer.echo(f"streaming on for the demo's processes; host load bar {load_bar}")
     _stop_on_sigterm()
     if not headless:
-        cmd = [os.path.join(os.path.dirname(sys.executable), "dagster"), "dev", "-w", str(WORKSPACE_YAML),
-               "-h", "127.0.0.1", "-p", str(port)]
+        cmd = [
+            os.path.join(os.path.dirname(sys.executable), "dagster"),
+            "dev",
+            "-w",
+            str(WORKSPACE_YAML),
+            "-h",
+            "127.0.0.1",
+            "-p",
+            str(port),
+        ]
         typer.echo(f"starting dagster dev: UI on http://127.0.0.1:{port} (Ctrl-C stops it)")
         ui = subprocess.Popen(cmd, env=env, preexec_fn=_reset_signals)
         try:
@@ -143,7 +151,10 @@ def demo(
     with open(log_path, "ab") as log:
         daemon = subprocess.Popen(
             [os.path.join(os.path.dirname(sys.executable), "dagster-daemon"), "run", "-w", str(WORKSPACE_YAML)],
-            env=env, stdout=log, stderr=subprocess.STDOUT, preexec_fn=_reset_signals,
+            env=env,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            preexec_fn=_reset_signals,
         )
     started = time.monotonic()
     last_line = ""

@@ -16,9 +16,17 @@ from .context import settings
 from .errors import CliError
 
 SHOWN = (
-    "card_count", "stage_c_completed", "stage_c_skipped_current", "stage_c_fetch_failures", "stage_c_throttled",
-    "stage_d_join_key_votes", "stage_d_fallback_votes", "stage_d_slow_path_routed", "consensus_changed",
-    "peak_rss_mb", "elapsed_s",
+    "card_count",
+    "stage_c_completed",
+    "stage_c_skipped_current",
+    "stage_c_fetch_failures",
+    "stage_c_throttled",
+    "stage_d_join_key_votes",
+    "stage_d_fallback_votes",
+    "stage_d_slow_path_routed",
+    "consensus_changed",
+    "peak_rss_mb",
+    "elapsed_s",
 )
 
 
@@ -43,17 +51,25 @@ def ledger(
     entries = ledger_entries(open_instance(settings()), since=_parse_since(since))
     rate = cards_per_hour(entries)
     if as_json:
-        typer.echo(json.dumps(
-            {
-                "cards_per_hour": rate,
-                "batches": [
-                    {"batch_key": e.batch_key, "run_id": e.run_id, "status": e.status,
-                     "at": datetime.fromtimestamp(e.at, timezone.utc).isoformat(), **e.fields}
-                    for e in entries
-                ],
-            },
-            indent=2, default=str,
-        ))
+        typer.echo(
+            json.dumps(
+                {
+                    "cards_per_hour": rate,
+                    "batches": [
+                        {
+                            "batch_key": e.batch_key,
+                            "run_id": e.run_id,
+                            "status": e.status,
+                            "at": datetime.fromtimestamp(e.at, timezone.utc).isoformat(),
+                            **e.fields,
+                        }
+                        for e in entries
+                    ],
+                },
+                indent=2,
+                default=str,
+            )
+        )
         return
     if not entries:
         typer.echo("no micro-batches in the ledger" + (f" since {since}" if since else ""))
@@ -63,8 +79,12 @@ def ledger(
         f = e.fields
         note = f.get("failure_reason") or f.get("lockout_trip_id") or f.get("envelope_trip_id") or ""
         table.add_row(
-            e.batch_key, e.status, str(f.get("trigger_reason", "")), str(f.get("attempt", "")),
-            *(str(f.get(k, "")) for k in SHOWN), str(note)[:60],
+            e.batch_key,
+            e.status,
+            str(f.get("trigger_reason", "")),
+            str(f.get("attempt", "")),
+            *(str(f.get(k, "")) for k in SHOWN),
+            str(note)[:60],
         )
     console = Console()
     console.print(table)

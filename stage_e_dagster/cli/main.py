@@ -10,16 +10,16 @@ import typer
 from ..catalog.engine import DatabaseUrlError
 from ..settings import SettingsError
 from . import batches, db, trips
-from .errors import CliError
-from .demo import demo
-from .ledger import ledger
-from .sweep import sweep
-from .status import status
-from .catalog import app as catalog_app
-from .vote import vote
-from .seed import seed
-from .evaluate import evaluate
 from .bulk import bulk
+from .catalog import app as catalog_app
+from .demo import demo
+from .errors import CliError
+from .evaluate import evaluate
+from .ledger import ledger
+from .seed import seed
+from .status import status
+from .sweep import sweep
+from .vote import vote
 
 app = typer.Typer(
     name="stage-e",

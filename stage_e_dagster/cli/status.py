@@ -15,8 +15,8 @@ from ..catalog.base import utcnow
 from ..catalog.engine import session_scope
 from ..catalog.models import MicroBatch
 from ..envelope.bars import Ceilings
-from ..envelope.signals import host_load
 from ..envelope.fetch_window import window_counts
+from ..envelope.signals import host_load
 from ..envelope.trips import current_open_trip
 from .context import catalog_engine, safe_url, settings
 from .trips import trip_dict
@@ -84,9 +84,13 @@ def status(as_json: Annotated[bool, typer.Option("--json", help="Print JSON.")] 
     load = env["host_load"]["reading"]
     table.add_row("host load (1 min)", "-" if load is None else f"{load:.2f}", f"{env['host_load']['ceiling']:g}")
     rss = env["rss_mb"]["reading"]
-    table.add_row("worker RSS MB (last batch peak)", "-" if rss is None else f"{rss:.0f}", f"{env['rss_mb']['ceiling']:g}")
+    table.add_row(
+        "worker RSS MB (last batch peak)", "-" if rss is None else f"{rss:.0f}", f"{env['rss_mb']['ceiling']:g}"
+    )
     ff = env["fetch_failures"]
     table.add_row(
-        f"fetch failures (last {ff['window']})", f"{ff['reading']} of {ff['window_total']}", f"> {ff['ceiling']:g} trips"
+        f"fetch failures (last {ff['window']})",
+        f"{ff['reading']} of {ff['window_total']}",
+        f"> {ff['ceiling']:g} trips",
     )
     console.print(table)

@@ -56,7 +56,9 @@ def list_command(
     table = Table("trip id", "bar", "observed / ceiling", "run", "tripped at (UTC)", "acknowledged")
     for t in trips:
         detail = t["detail"] or {}
-        reading = f"{detail.get('observed')} / {detail.get('ceiling')}" if "observed" in detail else detail.get("note", "")
+        reading = (
+            f"{detail.get('observed')} / {detail.get('ceiling')}" if "observed" in detail else detail.get("note", "")
+        )
         acked = f"{t['acknowledged_at'][:19]} by {t['acknowledged_by']}" if t["acknowledged_at"] else "OPEN"
         table.add_row(t["trip_id"], t["bar"], str(reading), t["run_id"] or "", t["tripped_at"][:19], acked)
     Console().print(table)

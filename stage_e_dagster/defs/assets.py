@@ -54,8 +54,11 @@ def stage_c_evidence(context: AssetExecutionContext, stage_e: StageEResource) ->
     if result.lockout_trip_id:
         context.log.warning(f"image host lockout: opened trip {result.lockout_trip_id}; Stage C stopped")
     row = stage_c_row(
-        batch, result.report, peak_rss_mb=peak_rss_mb(),
-        elapsed_s=time.time() - _run_started_at(context), lockout_trip_id=result.lockout_trip_id,
+        batch,
+        result.report,
+        peak_rss_mb=peak_rss_mb(),
+        elapsed_s=time.time() - _run_started_at(context),
+        lockout_trip_id=result.lockout_trip_id,
     )
     return MaterializeResult(metadata=row)
 
@@ -81,7 +84,11 @@ def stage_d_verdicts(context: AssetExecutionContext, stage_e: StageEResource) ->
     if envelope_trip_id:
         context.log.warning(f"run peak RSS {peak:.0f} MB crossed its bar: opened trip {envelope_trip_id}")
     row = stage_d_row(
-        batch, report, peak_rss_mb=peak, elapsed_s=time.time() - _run_started_at(context),
-        lockout_trip_id=lockout_trip_id, envelope_trip_id=envelope_trip_id,
+        batch,
+        report,
+        peak_rss_mb=peak,
+        elapsed_s=time.time() - _run_started_at(context),
+        lockout_trip_id=lockout_trip_id,
+        envelope_trip_id=envelope_trip_id,
     )
     return MaterializeResult(metadata=row)

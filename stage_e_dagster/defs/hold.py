@@ -18,7 +18,10 @@ from ..settings import Settings
 from .tags import DISPATCH_POOL, DISPATCH_TAG, PARTITION_TAG
 
 ACTIVE_STATUSES = [
-    DagsterRunStatus.QUEUED, DagsterRunStatus.NOT_STARTED, DagsterRunStatus.STARTING, DagsterRunStatus.STARTED,
+    DagsterRunStatus.QUEUED,
+    DagsterRunStatus.NOT_STARTED,
+    DagsterRunStatus.STARTING,
+    DagsterRunStatus.STARTED,
 ]
 
 

@@ -60,8 +60,13 @@ def record_batch(
     if not claimed:
         return None
     batch = MicroBatch(
-        batch_key=key, card_ids=claimed, trigger_reason=trigger_reason, attempt=attempt,
-        retry_of=retry_of, status="pending", created_at=now,
+        batch_key=key,
+        card_ids=claimed,
+        trigger_reason=trigger_reason,
+        attempt=attempt,
+        retry_of=retry_of,
+        status="pending",
+        created_at=now,
     )
     session.add(batch)
     session.flush()
@@ -130,7 +135,9 @@ def still_pending(session: Session, card_ids: Sequence[int]) -> list[int]:
         return []
     return list(
         session.execute(
-            sa.select(Card.id).where(Card.id.in_(list(card_ids)), sa.or_(STAGE_C_PENDING, STAGE_D_PENDING)).order_by(Card.id)
+            sa.select(Card.id)
+            .where(Card.id.in_(list(card_ids)), sa.or_(STAGE_C_PENDING, STAGE_D_PENDING))
+            .order_by(Card.id)
         ).scalars()
     )
 
@@ -160,7 +167,10 @@ def fail_and_retry(
         transfer_claims(session, from_key=batch.batch_key, to_key=PARKED_KEY, expires_at=now + PARK_FOR)
         session.add_all(
             ScanLog(
-                card_id=cid, agent_id=DISPATCH_AGENT, run_id=batch.run_id, reason="dispatch-attempts-exhausted",
+                card_id=cid,
+                agent_id=DISPATCH_AGENT,
+                run_id=batch.run_id,
+                reason="dispatch-attempts-exhausted",
                 detail={"batch_key": batch.batch_key, "attempts": batch.attempt, "last_failure": reason[:500]},
             )
             for cid in remaining
@@ -168,8 +178,14 @@ def fail_and_retry(
         return None
     release_claims(session, batch.batch_key)
     return record_batch(
-        session, remaining, trigger_reason=batch.trigger_reason, now=now, claim_ttl_s=claim_ttl_s,
-        attempt=batch.attempt + 1, retry_of=batch.batch_key, key=retry_key(batch.batch_key, batch.attempt + 1),
+        session,
+        remaining,
+        trigger_reason=batch.trigger_reason,
+        now=now,
+        claim_ttl_s=claim_ttl_s,
+        attempt=batch.attempt + 1,
+        retry_of=batch.batch_key,
+        key=retry_key(batch.batch_key, batch.attempt + 1),
     )
 
 

@@ -8,17 +8,14 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from datetime import timedelta
-from typing import Sequence
 
 import sqlalchemy as sa
 
 from ..catalog.base import utcnow
 from ..catalog.engine import session_scope
-from ..catalog.models import MicroBatch
-from ..envelope.bars import Ceilings
+from ..envelope.bars import Ceilings, EnvelopeSignals
 from ..envelope.signals import current_rss_mb, peak_rss_mb
 from ..envelope.trips import check_envelope, open_trip
-from ..envelope.bars import EnvelopeSignals
 from ..settings import Settings
 from ..stage_c.fetch import ImageFetcher
 from ..stage_c.run import StageCReport, run_stage_c
@@ -65,7 +62,9 @@ def start_batch(engine: sa.Engine, settings: Settings, batch_key: str, *, run_id
         else:
             refusal = None
             mark_running(
-                session, batch, run_id=run_id,
+                session,
+                batch,
+                run_id=run_id,
                 claims_until=utcnow() + timedelta(seconds=settings.run_max_runtime_s + settings.claim_ttl_s),
             )
         info = BatchInfo(batch.batch_key, list(batch.card_ids), batch.trigger_reason, batch.attempt)
@@ -74,16 +73,15 @@ def start_batch(engine: sa.Engine, settings: Settings, batch_key: str, *, run_id
     return info
 
 
-def run_batch_stage_c(
-    engine: sa.Engine, batch: BatchInfo, *, run_id: str, fetcher: ImageFetcher
-) -> StageCResult:
+def run_batch_stage_c(engine: sa.Engine, batch: BatchInfo, *, run_id: str, fetcher: ImageFetcher) -> StageCResult:
     """Stage C over the batch. A lockout stops Stage C and opens a trip at once; the caller goes on to Stage D."""
     report = run_stage_c(engine, batch.card_ids, writer=dispatch_writer(run_id), run_id=run_id, fetcher=fetcher)
     trip_id = None
     if report.lockout is not None:
         with session_scope(engine) as session:
             trip = open_trip(
-                session, "fetch_lockout",
+                session,
+                "fetch_lockout",
                 {"observed": 1, "ceiling": 0, "lockout": _lockout_detail(report), "batch_key": batch.batch_key},
                 run_id=run_id,
             )
@@ -93,7 +91,14 @@ def run_batch_stage_c(
 
 def _lockout_detail(report: StageCReport) -> dict[str, object]:
     lockout = report.lockout
-    return {k: v for k, v in vars(lockout).items() if isinstance(v, (str, int, float, type(None)))} if lockout else {}
+    if lockout is None:
+        return {}
+    return {
+        "host": lockout.host,
+        "status_code": lockout.status_code,
+        "card_id": lockout.card_id,
+        "locator": lockout.locator,
+    }
 
 
 def run_batch_stage_d(engine: sa.Engine, batch: BatchInfo, *, run_id: str) -> StageDReport:
@@ -114,9 +119,3 @@ def finish_batch(
         mark_succeeded(session, get_batch(session, batch.batch_key), now=utcnow(), peak_rss_mb=peak)
         trip = check_envelope(session, EnvelopeSignals(rss_mb=peak), ceilings, run_id=run_id)
         return peak, trip.trip_id if trip else None
-
-
-def batch_card_ids(engine: sa.Engine, batch_keys: Sequence[str]) -> dict[str, list[int]]:
-    with session_scope(engine) as session:
-        rows = session.execute(sa.select(MicroBatch.batch_key, MicroBatch.card_ids).where(MicroBatch.batch_key.in_(list(batch_keys))))
-        return {key: list(ids) for key, ids in rows}

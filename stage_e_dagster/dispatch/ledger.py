@@ -14,20 +14,27 @@ from ..stage_c.run import StageCReport
 from ..stage_d.run import StageDReport
 from .conveyor import BatchInfo
 
-CODE_VERSION = f"stage-e-dagster {__version__}; manifest " + ",".join(
-    f"{k}={v}" for k, v in MANIFEST_VERSIONS.items()
-)
+CODE_VERSION = f"stage-e-dagster {__version__}; manifest " + ",".join(f"{k}={v}" for k, v in MANIFEST_VERSIONS.items())
 
 STAGE_C_FIELDS = (
-    "stage_c_completed", "stage_c_skipped_current", "stage_c_fetch_failures", "stage_c_throttled", "stage_c_terminal",
+    "stage_c_completed",
+    "stage_c_skipped_current",
+    "stage_c_fetch_failures",
+    "stage_c_throttled",
+    "stage_c_terminal",
 )
 STAGE_D_FIELDS = (
-    "stage_d_join_key_votes", "stage_d_fallback_votes", "stage_d_slow_path_routed", "stage_d_abstentions",
+    "stage_d_join_key_votes",
+    "stage_d_fallback_votes",
+    "stage_d_slow_path_routed",
+    "stage_d_abstentions",
     "consensus_changed",
 )
 
 
-def _common(batch: BatchInfo, *, peak_rss_mb: float | None, elapsed_s: float, lockout_trip_id: str | None) -> dict[str, Any]:
+def _common(
+    batch: BatchInfo, *, peak_rss_mb: float | None, elapsed_s: float, lockout_trip_id: str | None
+) -> dict[str, Any]:
     return {
         "card_count": len(batch.card_ids),
         "trigger_reason": batch.trigger_reason,
@@ -75,7 +82,13 @@ def stage_d_row(
 
 
 def failure_row(
-    *, batch_key: str, card_count: int, trigger_reason: str, attempt: int, run_id: str, failure_reason: str,
+    *,
+    batch_key: str,
+    card_count: int,
+    trigger_reason: str,
+    attempt: int,
+    run_id: str,
+    failure_reason: str,
     retry_batch_key: str | None,
 ) -> dict[str, Any]:
     return {

@@ -37,15 +37,11 @@ def record_fetch_outcome(
 
 def window_counts(session: Session, window: int) -> WindowCounts:
     """Failures and total among the newest ``window`` outcomes, all processes together."""
-    newest = (
-        sa.select(FetchOutcome.outcome).order_by(FetchOutcome.id.desc()).limit(window).subquery()
-    )
+    newest = sa.select(FetchOutcome.outcome).order_by(FetchOutcome.id.desc()).limit(window).subquery()
     row = session.execute(
         sa.select(
             sa.func.count(),
-            sa.func.coalesce(
-                sa.func.sum(sa.case((newest.c.outcome.in_(FAILURE_OUTCOMES), 1), else_=0)), 0
-            ),
+            sa.func.coalesce(sa.func.sum(sa.case((newest.c.outcome.in_(FAILURE_OUTCOMES), 1), else_=0)), 0),
         ).select_from(newest)
     ).one()
     return WindowCounts(failures=int(row[1]), total=int(row[0]))

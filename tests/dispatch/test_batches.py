@@ -29,7 +29,12 @@ TTL = 600
 def make(engine: sa.Engine, plan: BatchPlan, *, seeds_after=None, predicate=STAGE_C_PENDING, now=None):
     with session_scope(engine) as session:
         made = create_batches(
-            session, predicate, plan, trigger_reason="card-created", now=now or utcnow(), claim_ttl_s=TTL,
+            session,
+            predicate,
+            plan,
+            trigger_reason="card-created",
+            now=now or utcnow(),
+            claim_ttl_s=TTL,
             seeds_after=seeds_after,
         )
         return [(b.batch_key, list(b.card_ids), b.attempt) for b in made.batches], made.highest_seed_id
@@ -94,8 +99,12 @@ def test_a_failed_batch_retries_its_unfinished_cards_under_new_keys_then_parks_t
     for attempt in (2, 3):
         with session_scope(engine) as session:
             retry = fail_and_retry(
-                session, session.get(MicroBatch, keys[-1]), reason="RuntimeError: boom", now=utcnow(),
-                max_attempts=3, claim_ttl_s=TTL,
+                session,
+                session.get(MicroBatch, keys[-1]),
+                reason="RuntimeError: boom",
+                now=utcnow(),
+                max_attempts=3,
+                claim_ttl_s=TTL,
             )
             assert retry is not None and retry.attempt == attempt and retry.card_ids == ids[1:]
             assert retry.batch_key == retry_key(key, attempt) and retry.retry_of == keys[-1]
@@ -103,10 +112,17 @@ def test_a_failed_batch_retries_its_unfinished_cards_under_new_keys_then_parks_t
         # The unfinished cards stay claimed by the retry: no fresh batch takes them meanwhile.
         assert make(engine, BatchPlan(batch_size=3, max_batches=1))[0] == []
     with session_scope(engine) as session:
-        assert fail_and_retry(
-            session, session.get(MicroBatch, keys[-1]), reason="RuntimeError: boom", now=utcnow(),
-            max_attempts=3, claim_ttl_s=TTL,
-        ) is None
+        assert (
+            fail_and_retry(
+                session,
+                session.get(MicroBatch, keys[-1]),
+                reason="RuntimeError: boom",
+                now=utcnow(),
+                max_attempts=3,
+                claim_ttl_s=TTL,
+            )
+            is None
+        )
     with session_scope(engine) as session:
         statuses = [session.get(MicroBatch, k).status for k in keys]
         assert statuses == ["failed", "failed", "failed"]

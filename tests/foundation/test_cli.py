@@ -13,7 +13,10 @@ def stage_e(tmp_path: Path, *args: str, env: dict[str, str] | None = None) -> su
     environment.update(env or {})
     return subprocess.run(
         [sys.executable, "-c", "from stage_e_dagster.cli.main import main; main()", *args],
-        capture_output=True, text=True, env=environment, timeout=120,
+        capture_output=True,
+        text=True,
+        env=environment,
+        timeout=120,
     )
 
 

@@ -4,11 +4,11 @@ from pathlib import Path
 
 import pytest
 import sqlalchemy as sa
+from alembic.config import Config
+from alembic.script import ScriptDirectory
 
 from stage_e_dagster.catalog.engine import make_engine
 from stage_e_dagster.catalog.migrate import MIGRATIONS_DIR, current_revision, head_revision, schema_drift, upgrade
-from alembic.config import Config
-from alembic.script import ScriptDirectory
 
 
 def test_there_is_exactly_one_head() -> None:
@@ -37,7 +37,11 @@ def test_postgres_migrates_from_empty_to_head_without_drift(pg_url_fresh: str) -
 
 def test_raw_sql_inserts_land_in_the_stage_c_backlog(engine: sa.Engine) -> None:
     with engine.begin() as conn:
-        conn.execute(sa.text("INSERT INTO cards (identifier, name, image_locator) VALUES ('raw-1', 'Opt', 'file:///x.jpg')"))
+        conn.execute(
+            sa.text("INSERT INTO cards (identifier, name, image_locator) VALUES ('raw-1', 'Opt', 'file:///x.jpg')")
+        )
     with engine.connect() as conn:
-        row = conn.execute(sa.text("SELECT stage_c_pending, stage_d_pending, printing_status, created_at FROM cards")).one()
+        row = conn.execute(
+            sa.text("SELECT stage_c_pending, stage_d_pending, printing_status, created_at FROM cards")
+        ).one()
     assert bool(row[0]) is True and bool(row[1]) is False and row[2] == "unresolved" and row[3] is not None

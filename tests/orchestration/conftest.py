@@ -54,7 +54,9 @@ class Pipeline:
     def tick(self, sensor_name: str) -> Any:
         sensor = defs.resolve_sensor_def(sensor_name)
         context = build_sensor_context(
-            instance=self.instance, cursor=self.cursors.get(sensor_name), resources={"stage_e": self.resource()},
+            instance=self.instance,
+            cursor=self.cursors.get(sensor_name),
+            resources={"stage_e": self.resource()},
             definitions=defs,
         )
         result = sensor(context)
@@ -70,7 +72,10 @@ class Pipeline:
     def run(self, partition_key: str, tags: dict[str, str] | None = None):  # type: ignore[no-untyped-def]
         job = defs.resolve_job_def("stage_e_dispatch")
         return job.execute_in_process(
-            partition_key=partition_key, instance=self.instance, raise_on_error=False, tags=tags or {},
+            partition_key=partition_key,
+            instance=self.instance,
+            raise_on_error=False,
+            tags=tags or {},
         )
 
     def drain(self, sensor_name: str = "card_created_sensor", max_ticks: int = 20) -> list[str]:

@@ -27,8 +27,8 @@ from stage_e_dagster.catalog.models import Card, ImageEvidence, MicroBatch, Prin
 from stage_e_dagster.corpus.seed import seed_corpus
 from stage_e_dagster.defs.instance import EMBEDDED_INSTANCE_YAML, PROJECT_ROOT, WORKSPACE_YAML
 from stage_e_dagster.defs.ledger import ledger_entries
-
 from tests.conftest import create_pg_database, drop_pg_database
+
 from .conftest import ImageServer
 
 pytestmark = pytest.mark.slow
@@ -45,28 +45,37 @@ def _reset_signals() -> None:
 class Stack:
     """A catalogue, a DAGSTER_HOME and the environment a daemon (and the CLI) runs with."""
 
-    def __init__(self, tmp_path: Path, catalog_url: str, images: Path, *, instance_yaml: Path = EMBEDDED_INSTANCE_YAML,
-                 extra_env: dict[str, str] | None = None) -> None:
+    def __init__(
+        self,
+        tmp_path: Path,
+        catalog_url: str,
+        images: Path,
+        *,
+        instance_yaml: Path = EMBEDDED_INSTANCE_YAML,
+        extra_env: dict[str, str] | None = None,
+    ) -> None:
         self.home = tmp_path / "dagster_home"
         self.home.mkdir()
         shutil.copyfile(instance_yaml, self.home / "dagster.yaml")
         self.catalog_url = catalog_url
         self.engine = make_engine(catalog_url)
         self.log = tmp_path / "daemon.log"
-        self.env = {
-            k: v for k, v in os.environ.items() if not k.startswith(("STAGE_E_", "DAGSTER_"))
-        } | {
-            "DAGSTER_HOME": str(self.home),
-            "STAGE_E_STATE_DIR": str(tmp_path / "state"),
-            "STAGE_E_STREAMING_ENABLED": "true",
-            "STAGE_E_DATABASE_URL": catalog_url,
-            "STAGE_E_IMAGE_ROOTS": str(images),
-            "STAGE_E_FETCH_ALLOWED_HOSTS": "127.0.0.1",
-            "STAGE_E_HOST_LOAD_CEILING": "1000",
-            "STAGE_E_RSS_MB_CEILING": "100000",
-            "STAGE_E_MICRO_BATCH_SIZE": "2",
-            "STAGE_E_MAX_CONCURRENT_DISPATCHES": "2",
-        } | (extra_env or {})
+        self.env = (
+            {k: v for k, v in os.environ.items() if not k.startswith(("STAGE_E_", "DAGSTER_"))}
+            | {
+                "DAGSTER_HOME": str(self.home),
+                "STAGE_E_STATE_DIR": str(tmp_path / "state"),
+                "STAGE_E_STREAMING_ENABLED": "true",
+                "STAGE_E_DATABASE_URL": catalog_url,
+                "STAGE_E_IMAGE_ROOTS": str(images),
+                "STAGE_E_FETCH_ALLOWED_HOSTS": "127.0.0.1",
+                "STAGE_E_HOST_LOAD_CEILING": "1000",
+                "STAGE_E_RSS_MB_CEILING": "100000",
+                "STAGE_E_MICRO_BATCH_SIZE": "2",
+                "STAGE_E_MAX_CONCURRENT_DISPATCHES": "2",
+            }
+            | (extra_env or {})
+        )
         self.process: subprocess.Popen[bytes] | None = None
 
     def instance(self) -> DagsterInstance:
@@ -80,7 +89,11 @@ class Stack:
         with open(self.log, "ab") as log:
             self.process = subprocess.Popen(
                 [str(BIN / "dagster-daemon"), "run", "-w", str(WORKSPACE_YAML)],
-                env=self.env, cwd=PROJECT_ROOT, stdout=log, stderr=subprocess.STDOUT, preexec_fn=_reset_signals,
+                env=self.env,
+                cwd=PROJECT_ROOT,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                preexec_fn=_reset_signals,
             )
 
     def stop(self) -> None:
@@ -99,24 +112,34 @@ class Stack:
             return {
                 "cards": one(sa.select(sa.func.count()).select_from(Card)),
                 "waiting": one(
-                    sa.select(sa.func.count()).select_from(Card).where(sa.or_(Card.stage_c_pending, Card.stage_d_pending))
+                    sa.select(sa.func.count())
+                    .select_from(Card)
+                    .where(sa.or_(Card.stage_c_pending, Card.stage_d_pending))
                 ),
                 "in_flight": one(
-                    sa.select(sa.func.count()).select_from(MicroBatch).where(MicroBatch.status.in_(("pending", "running")))
+                    sa.select(sa.func.count())
+                    .select_from(MicroBatch)
+                    .where(MicroBatch.status.in_(("pending", "running")))
                 ),
                 "evidence": one(sa.select(sa.func.count()).select_from(ImageEvidence)),
                 "evidence_cards": one(sa.select(sa.func.count(sa.distinct(ImageEvidence.card_id)))),
             }
 
-    def wait_until(self, done: Callable[[], bool], *, timeout_s: float, what: str, on_poll: Callable[[], None] = lambda: None) -> None:
+    def wait_until(
+        self, done: Callable[[], bool], *, timeout_s: float, what: str, on_poll: Callable[[], None] = lambda: None
+    ) -> None:
         deadline = time.monotonic() + timeout_s
         while time.monotonic() < deadline:
             on_poll()
             if done():
                 return
-            assert self.process is None or self.process.poll() is None, f"daemon exited; log:\n{self.log.read_text()[-3000:]}"
+            assert self.process is None or self.process.poll() is None, (
+                f"daemon exited; log:\n{self.log.read_text()[-3000:]}"
+            )
             time.sleep(0.5)
-        raise AssertionError(f"timed out waiting for {what}; counts {self.counts()}; log tail:\n{self.log.read_text()[-3000:]}")
+        raise AssertionError(
+            f"timed out waiting for {what}; counts {self.counts()}; log tail:\n{self.log.read_text()[-3000:]}"
+        )
 
     def idle(self) -> bool:
         c = self.counts()
@@ -141,11 +164,13 @@ def assert_no_duplicates(engine: sa.Engine) -> None:
     with session_scope(engine) as session:
         dup_evidence = session.execute(
             sa.select(ImageEvidence.card_id, ImageEvidence.content_hash)
-            .group_by(ImageEvidence.card_id, ImageEvidence.content_hash).having(sa.func.count() > 1)
+            .group_by(ImageEvidence.card_id, ImageEvidence.content_hash)
+            .having(sa.func.count() > 1)
         ).all()
         dup_votes = session.execute(
             sa.select(PrintingVote.card_id, PrintingVote.printing_id, PrintingVote.agent_id)
-            .group_by(PrintingVote.card_id, PrintingVote.printing_id, PrintingVote.agent_id).having(sa.func.count() > 1)
+            .group_by(PrintingVote.card_id, PrintingVote.printing_id, PrintingVote.agent_id)
+            .having(sa.func.count() > 1)
         ).all()
     assert dup_evidence == [] and dup_votes == []
 
@@ -189,8 +214,12 @@ def test_a_sigkilled_run_leaves_a_truthful_failure_and_its_cards_are_redispatche
     server = ImageServer(corpus_template / "corpus")
     server.delay_s = 0.6  # slow images so the kill lands mid-batch
     shutil.copy(corpus_template / "catalog.sqlite", tmp_path / "catalog.sqlite")
-    stack = Stack(tmp_path, f"sqlite:///{tmp_path / 'catalog.sqlite'}", corpus_template / "corpus",
-                  extra_env={"STAGE_E_MICRO_BATCH_SIZE": "5", "STAGE_E_MAX_CONCURRENT_DISPATCHES": "1"})
+    stack = Stack(
+        tmp_path,
+        f"sqlite:///{tmp_path / 'catalog.sqlite'}",
+        corpus_template / "corpus",
+        extra_env={"STAGE_E_MICRO_BATCH_SIZE": "5", "STAGE_E_MAX_CONCURRENT_DISPATCHES": "1"},
+    )
     try:
         with stack.engine.begin() as conn:
             for card_id, locator in conn.execute(sa.select(Card.id, Card.image_locator)).all():
@@ -266,7 +295,9 @@ def test_postgres_catalogue_and_dagster_instance(tmp_path: Path, corpus_template
         seed_corpus(engine, tmp_path / "corpus", cards=6, seed=5)
         engine.dispose()
         stack = Stack(
-            tmp_path, catalog_url, tmp_path / "corpus",
+            tmp_path,
+            catalog_url,
+            tmp_path / "corpus",
             instance_yaml=PROJECT_ROOT / "deploy" / "dagster.postgres.yaml",
             extra_env={"DAGSTER_PG_URL": dagster_url},
         )
@@ -289,8 +320,12 @@ def test_postgres_catalogue_and_dagster_instance(tmp_path: Path, corpus_template
 
 def test_a_trip_cancels_queued_runs_holds_every_tick_and_ack_resumes(corpus_template: Path, tmp_path: Path) -> None:
     shutil.copy(corpus_template / "catalog.sqlite", tmp_path / "catalog.sqlite")
-    stack = Stack(tmp_path, f"sqlite:///{tmp_path / 'catalog.sqlite'}", corpus_template / "corpus",
-                  extra_env={"STAGE_E_MICRO_BATCH_SIZE": "1", "STAGE_E_MAX_CONCURRENT_DISPATCHES": "1"})
+    stack = Stack(
+        tmp_path,
+        f"sqlite:///{tmp_path / 'catalog.sqlite'}",
+        corpus_template / "corpus",
+        extra_env={"STAGE_E_MICRO_BATCH_SIZE": "1", "STAGE_E_MAX_CONCURRENT_DISPATCHES": "1"},
+    )
     try:
         cards = stack.counts()["cards"]
         assert stack.stage_e("sweep").returncode == 0  # one backfill: a queue of one-card runs
@@ -300,14 +335,16 @@ def test_a_trip_cancels_queued_runs_holds_every_tick_and_ack_resumes(corpus_temp
         count = lambda *statuses: instance.get_runs_count(RunsFilter(tags=dispatch, statuses=list(statuses)))  # noqa: E731
         stack.wait_until(
             lambda: count(DagsterRunStatus.SUCCESS) >= 1 and count(DagsterRunStatus.QUEUED) >= 2,
-            timeout_s=180, what="a finished run with more queued behind it",
+            timeout_s=180,
+            what="a finished run with more queued behind it",
         )
         opened = stack.stage_e("trips", "open", "--note", "maintenance window")
         assert opened.returncode == 0, opened.stderr
         trip_id = opened.stdout.split()[1]
         stack.wait_until(
             lambda: count(DagsterRunStatus.QUEUED, DagsterRunStatus.STARTING, DagsterRunStatus.STARTED) == 0,
-            timeout_s=120, what="queued runs cancelled and in-flight work drained",
+            timeout_s=120,
+            what="queued runs cancelled and in-flight work drained",
         )
         assert count(DagsterRunStatus.CANCELED) >= 1
         started_before = count(DagsterRunStatus.SUCCESS, DagsterRunStatus.FAILURE)

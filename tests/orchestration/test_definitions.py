@@ -48,11 +48,19 @@ def test_the_embedded_instance_config_is_valid_and_sets_what_dispatch_relies_on(
 
 @pytest.mark.slow
 def test_workspace_yaml_loads_the_code_location(tmp_path: Path) -> None:
-    env = {"PATH": str(Path(sys.executable).parent) + ":/usr/bin:/bin", "DAGSTER_HOME": str(tmp_path),
-           "STAGE_E_DATABASE_URL": f"sqlite:///{tmp_path / 'c.sqlite'}", "HOME": str(tmp_path)}
+    env = {
+        "PATH": str(Path(sys.executable).parent) + ":/usr/bin:/bin",
+        "DAGSTER_HOME": str(tmp_path),
+        "STAGE_E_DATABASE_URL": f"sqlite:///{tmp_path / 'c.sqlite'}",
+        "HOME": str(tmp_path),
+    }
     (tmp_path / "dagster.yaml").write_text(EMBEDDED_INSTANCE_YAML.read_text())
     result = subprocess.run(
         [str(Path(sys.executable).parent / "dagster"), "definitions", "validate", "-w", str(WORKSPACE_YAML)],
-        cwd=PROJECT_ROOT, env=env, capture_output=True, text=True, timeout=180,
+        cwd=PROJECT_ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=180,
     )
     assert result.returncode == 0, result.stdout + result.stderr

@@ -28,7 +28,10 @@ def _env(tmp_path: Path) -> dict[str, str]:
 def test_headless_demo_runs_until_idle_and_exits_zero(tmp_path: Path) -> None:
     result = subprocess.run(
         [STAGE_E, "demo", "--headless", "--until-idle", "--cards", "8", "--timeout", "240"],
-        env=_env(tmp_path), capture_output=True, text=True, timeout=400,
+        env=_env(tmp_path),
+        capture_output=True,
+        text=True,
+        timeout=400,
     )
     assert result.returncode == 0, result.stdout + result.stderr
     assert "demo idle after" in result.stdout and "8 cards" in result.stdout
@@ -45,8 +48,11 @@ def _free_port() -> int:
 def test_ui_demo_serves_the_ui_and_stops_on_sigterm(tmp_path: Path) -> None:
     port = _free_port()
     proc = subprocess.Popen(
-        [STAGE_E, "demo", "--cards", "4", "--port", str(port)], env=_env(tmp_path),
-        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True,
+        [STAGE_E, "demo", "--cards", "4", "--port", str(port)],
+        env=_env(tmp_path),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        start_new_session=True,
     )
     try:
         deadline = time.monotonic() + 180

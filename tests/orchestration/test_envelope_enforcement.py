@@ -27,7 +27,9 @@ def open_trips(pipeline: Pipeline) -> list[tuple[str, str | None]]:
         return [(t.bar, t.run_id) for t in session.execute(sa.select(EnvelopeTrip).order_by(EnvelopeTrip.id)).scalars()]
 
 
-def test_requests_carry_trigger_attempt_and_max_runtime_tags_and_respect_free_slots(pipeline: Pipeline, monkeypatch) -> None:
+def test_requests_carry_trigger_attempt_and_max_runtime_tags_and_respect_free_slots(
+    pipeline: Pipeline, monkeypatch
+) -> None:
     monkeypatch.setenv("STAGE_E_MICRO_BATCH_SIZE", "2")
     result = pipeline.tick("card_created_sensor")
     assert isinstance(result, SensorResult) and len(result.run_requests) == 2  # the cap is 2
@@ -111,13 +113,17 @@ def test_a_failed_run_gets_a_ledger_entry_and_a_retry_under_a_new_key(pipeline: 
     outcome_env = dict(request.tags)
     monkeypatch.setenv("STAGE_E_DATABASE_URL", pipeline.url)
     with pipeline.engine.begin() as conn:
-        conn.execute(sa.text("UPDATE micro_batches SET card_ids = :ids WHERE batch_key = :k"),
-                     {"ids": '["not-a-card"]', "k": request.partition_key})
+        conn.execute(
+            sa.text("UPDATE micro_batches SET card_ids = :ids WHERE batch_key = :k"),
+            {"ids": '["not-a-card"]', "k": request.partition_key},
+        )
     outcome = pipeline.run(request.partition_key, tags=outcome_env)
     assert not outcome.success
     with pipeline.engine.begin() as conn:  # put the real card list back, as an operator would
-        conn.execute(sa.text("UPDATE micro_batches SET card_ids = :ids WHERE batch_key = :k"),
-                     {"ids": str(cards).replace(" ", ""), "k": request.partition_key})
+        conn.execute(
+            sa.text("UPDATE micro_batches SET card_ids = :ids WHERE batch_key = :k"),
+            {"ids": str(cards).replace(" ", ""), "k": request.partition_key},
+        )
     result = pipeline.tick("envelope_trip_sensor")
     [event] = result.asset_events
     meta = {k: v.value for k, v in event.metadata.items()}

@@ -8,8 +8,8 @@ from dagster import AssetKey, AssetRecordsFilter, SensorResult, SkipReason
 
 from stage_e_dagster.catalog.engine import session_scope
 from stage_e_dagster.catalog.models import Card, EnvelopeTrip, FetchOutcome, ImageEvidence, MicroBatch, PrintingVote
-from stage_e_dagster.envelope.trips import acknowledge_trip, current_open_trip
 from stage_e_dagster.dispatch.ledger import STAGE_C_FIELDS, STAGE_D_FIELDS
+from stage_e_dagster.envelope.trips import acknowledge_trip, current_open_trip
 
 from .conftest import ImageServer, Pipeline
 
@@ -78,9 +78,12 @@ def test_cards_from_any_writer_are_all_processed_with_a_numeric_ledger(
     with session_scope(pipeline.engine) as session:
         with_evidence = session.execute(sa.select(sa.func.count(sa.distinct(ImageEvidence.card_id)))).scalar_one()
         assert with_evidence == total
-        assert session.execute(
-            sa.select(sa.func.count()).select_from(MicroBatch).where(MicroBatch.status != "succeeded")
-        ).scalar_one() == 0
+        assert (
+            session.execute(
+                sa.select(sa.func.count()).select_from(MicroBatch).where(MicroBatch.status != "succeeded")
+            ).scalar_one()
+            == 0
+        )
     for key, fields in ((AssetKey("stage_c_evidence"), STAGE_C_FIELDS), (AssetKey("stage_d_verdicts"), STAGE_D_FIELDS)):
         records = pipeline.instance.fetch_materializations(AssetRecordsFilter(asset_key=key), limit=100).records
         assert len(records) == len(run_ids)
@@ -89,9 +92,7 @@ def test_cards_from_any_writer_are_all_processed_with_a_numeric_ledger(
             for name in (*fields, *LEDGER_NUMBERS):
                 assert isinstance(meta[name], (int, float)), (name, meta[name])
             assert meta["trigger_reason"] == "card-created" and meta["lockout_trip_id"] == ""
-        assert sum(
-            r.asset_materialization.metadata["card_count"].value for r in records
-        ) == total
+        assert sum(r.asset_materialization.metadata["card_count"].value for r in records) == total
     # Re-ticking finds nothing: the dispatcher's own evidence writes never echo.
     assert "no eligible cards" in skip_text(pipeline.tick("card_created_sensor"))
     assert "no eligible cards" in skip_text(pipeline.tick("evidence_changed_sensor"))
@@ -105,7 +106,9 @@ def test_evidence_written_by_someone_else_goes_back_through_stage_d(
     with session_scope(pipeline.engine) as session:
         card_id = session.execute(sa.select(ImageEvidence.card_id).order_by(ImageEvidence.id).limit(1)).scalar_one()
     with pipeline.engine.begin() as conn:  # a person corrects the evidence
-        conn.execute(sa.update(Card).where(Card.id == card_id).values(stage_d_pending=True, evidence_writer="person:alice"))
+        conn.execute(
+            sa.update(Card).where(Card.id == card_id).values(stage_d_pending=True, evidence_writer="person:alice")
+        )
     result = pipeline.tick("evidence_changed_sensor")
     assert isinstance(result, SensorResult) and len(result.run_requests) == 1
     request = result.run_requests[0]
@@ -144,9 +147,11 @@ def test_a_403_trips_at_once_holds_every_tick_and_resumes_only_after_ack(
         AssetRecordsFilter(asset_key=AssetKey("stage_d_verdicts")), limit=10
     ).records
     assert stage_d[0].asset_materialization.metadata["lockout_trip_id"].value == trip_id
-    stage_c = pipeline.instance.fetch_materializations(
-        AssetRecordsFilter(asset_key=AssetKey("stage_c_evidence")), limit=10
-    ).records[0].asset_materialization.metadata
+    stage_c = (
+        pipeline.instance.fetch_materializations(AssetRecordsFilter(asset_key=AssetKey("stage_c_evidence")), limit=10)
+        .records[0]
+        .asset_materialization.metadata
+    )
     assert stage_c["stage_c_completed"].value == 1  # the first card; nothing after the 403 was fetched
     fetched = list(image_server.requests)
 
@@ -170,7 +175,9 @@ def test_a_403_trips_at_once_holds_every_tick_and_resumes_only_after_ack(
     final = counts(pipeline)
     assert final["stage_c_pending"] == 0 and final["stage_d_pending"] == 0
     with session_scope(pipeline.engine) as session:
-        assert session.execute(sa.select(sa.func.count(sa.distinct(ImageEvidence.card_id)))).scalar_one() == final["cards"]
+        assert (
+            session.execute(sa.select(sa.func.count(sa.distinct(ImageEvidence.card_id)))).scalar_one() == final["cards"]
+        )
 
 
 def test_a_429_defers_the_card_and_does_not_trip(
@@ -188,11 +195,15 @@ def test_a_429_defers_the_card_and_does_not_trip(
     with session_scope(pipeline.engine) as session:
         assert current_open_trip(session) is None
         assert session.get(Card, card_id).stage_c_pending  # deferred, still waiting
-        outcomes = session.execute(sa.select(FetchOutcome.outcome).where(FetchOutcome.card_id == card_id)).scalars().all()
+        outcomes = (
+            session.execute(sa.select(FetchOutcome.outcome).where(FetchOutcome.card_id == card_id)).scalars().all()
+        )
         assert outcomes == ["throttled"]
-    stage_c = pipeline.instance.fetch_materializations(
-        AssetRecordsFilter(asset_key=AssetKey("stage_c_evidence")), limit=1
-    ).records[0].asset_materialization.metadata
+    stage_c = (
+        pipeline.instance.fetch_materializations(AssetRecordsFilter(asset_key=AssetKey("stage_c_evidence")), limit=1)
+        .records[0]
+        .asset_materialization.metadata
+    )
     assert stage_c["stage_c_throttled"].value == 1 and stage_c["stage_c_fetch_failures"].value == 0
     assert "1 dispatch run(s) ended since the last tick; envelope within bars" in skip_text(
         pipeline.tick("envelope_trip_sensor")

@@ -9,7 +9,23 @@ from .passes import StageDPass
 from .votes import VOTE_SOURCES, PrintingVote, ScanLog
 
 __all__ = [
-    "BATCH_STATUSES", "CARD_TYPES", "FETCH_OUTCOMES", "PRINTING_STATUSES", "TRIP_BARS", "VOTE_SOURCES",
-    "Card", "CardClaim", "EnvelopeTrip", "Expansion", "FetchOutcome", "FetchPacer", "ImageEvidence",
-    "MicroBatch", "Printing", "PrintingVote", "ScanLog", "StageDPass", "SweepCursor",
+    "BATCH_STATUSES",
+    "CARD_TYPES",
+    "FETCH_OUTCOMES",
+    "PRINTING_STATUSES",
+    "TRIP_BARS",
+    "VOTE_SOURCES",
+    "Card",
+    "CardClaim",
+    "EnvelopeTrip",
+    "Expansion",
+    "FetchOutcome",
+    "FetchPacer",
+    "ImageEvidence",
+    "MicroBatch",
+    "Printing",
+    "PrintingVote",
+    "ScanLog",
+    "StageDPass",
+    "SweepCursor",
 ]

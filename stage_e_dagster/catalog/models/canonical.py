@@ -28,9 +28,7 @@ class Printing(Base):
     """One real printing: a card face as printed in one set, under one collector number and language."""
 
     __tablename__ = "printings"
-    __table_args__ = (
-        sa.UniqueConstraint("expansion_id", "collector_number", "lang"),
-    )
+    __table_args__ = (sa.UniqueConstraint("expansion_id", "collector_number", "lang"),)
 
     id: Mapped[intpk]
     scryfall_id: Mapped[str | None] = mapped_column(sa.String(36), unique=True)

@@ -26,12 +26,16 @@ class Card(Base):
         sa.CheckConstraint(f"card_type IN {CARD_TYPES}", name="card_type"),
         sa.CheckConstraint(f"printing_status IN {PRINTING_STATUSES}", name="printing_status"),
         sa.Index(
-            "ix_cards_stage_c_backlog", "id",
-            sqlite_where=sa.text("stage_c_pending"), postgresql_where=sa.text("stage_c_pending"),
+            "ix_cards_stage_c_backlog",
+            "id",
+            sqlite_where=sa.text("stage_c_pending"),
+            postgresql_where=sa.text("stage_c_pending"),
         ),
         sa.Index(
-            "ix_cards_stage_d_backlog", "id",
-            sqlite_where=sa.text("stage_d_pending"), postgresql_where=sa.text("stage_d_pending"),
+            "ix_cards_stage_d_backlog",
+            "id",
+            sqlite_where=sa.text("stage_d_pending"),
+            postgresql_where=sa.text("stage_d_pending"),
         ),
     )
 
@@ -45,21 +49,24 @@ class Card(Base):
         sa.String(64), comment="sha256 hex of the image bytes, when the source states it"
     )
     content_hash: Mapped[str | None] = mapped_column(
-        sa.String(80), index=True,
+        sa.String(80),
+        index=True,
         comment="hash of the present image; NULL until known. Writers that change the image reset it",
     )
     printing_status: Mapped[str] = mapped_column(
         sa.String(10), default="unresolved", server_default="unresolved", index=True
     )
-    inferred_printing_id: Mapped[int | None] = mapped_column(
-        sa.ForeignKey("printings.id", ondelete="SET NULL")
-    )
+    inferred_printing_id: Mapped[int | None] = mapped_column(sa.ForeignKey("printings.id", ondelete="SET NULL"))
     stage_c_pending: Mapped[bool] = mapped_column(
-        sa.Boolean, default=True, server_default=sa.true(),
+        sa.Boolean,
+        default=True,
+        server_default=sa.true(),
         comment="no current evidence for the present image",
     )
     stage_d_pending: Mapped[bool] = mapped_column(
-        sa.Boolean, default=False, server_default=sa.false(),
+        sa.Boolean,
+        default=False,
+        server_default=sa.false(),
         comment="current evidence is newer than the last Stage D pass",
     )
     evidence_writer: Mapped[str | None] = mapped_column(

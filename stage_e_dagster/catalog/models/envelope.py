@@ -21,7 +21,8 @@ class EnvelopeTrip(Base):
     __table_args__ = (
         sa.CheckConstraint(f"bar IN {TRIP_BARS}", name="bar"),
         sa.Index(
-            "ix_envelope_trips_open", "tripped_at",
+            "ix_envelope_trips_open",
+            "tripped_at",
             sqlite_where=sa.text("acknowledged_at IS NULL"),
             postgresql_where=sa.text("acknowledged_at IS NULL"),
         ),

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from datetime import datetime
 from typing import Any
 
 import sqlalchemy as sa
@@ -22,19 +21,24 @@ class PrintingVote(Base):
 
     __tablename__ = "printing_votes"
     __table_args__ = (
-        sa.CheckConstraint(
-            "(printing_id IS NULL) = is_no_match", name="printing_xor_no_match"
-        ),
+        sa.CheckConstraint("(printing_id IS NULL) = is_no_match", name="printing_xor_no_match"),
         sa.CheckConstraint(f"source IN {VOTE_SOURCES}", name="source"),
         sa.Index(
-            "uq_printing_votes_card_printing_agent", "card_id", "printing_id", "agent_id",
+            "uq_printing_votes_card_printing_agent",
+            "card_id",
+            "printing_id",
+            "agent_id",
             unique=True,
-            sqlite_where=sa.text("NOT is_no_match"), postgresql_where=sa.text("NOT is_no_match"),
+            sqlite_where=sa.text("NOT is_no_match"),
+            postgresql_where=sa.text("NOT is_no_match"),
         ),
         sa.Index(
-            "uq_printing_votes_card_agent_no_match", "card_id", "agent_id",
+            "uq_printing_votes_card_agent_no_match",
+            "card_id",
+            "agent_id",
             unique=True,
-            sqlite_where=sa.text("is_no_match"), postgresql_where=sa.text("is_no_match"),
+            sqlite_where=sa.text("is_no_match"),
+            postgresql_where=sa.text("is_no_match"),
         ),
     )
 

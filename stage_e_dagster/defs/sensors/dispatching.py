@@ -23,7 +23,6 @@ from ..resources import StageEResource
 from ..tags import PARTITION_TAG, dispatch_tags
 
 
-
 def run_request(settings: Settings, batch: MicroBatch) -> RunRequest:
     # A run key is never reusable, even after a failed run: retries carry their own batch key.
     return RunRequest(
@@ -36,9 +35,11 @@ def run_request(settings: Settings, batch: MicroBatch) -> RunRequest:
 def _unlaunched(context: SensorEvaluationContext, batches: Sequence[MicroBatch]) -> list[MicroBatch]:
     """Pending batches with no run yet: retries, or batches whose tick failed after recording them."""
     return [
-        b for b in batches
+        b
+        for b in batches
         # A sweep's first attempt belongs to its backfill; its retries are the sensors' to launch.
-        if b.status == "pending" and not (b.trigger_reason == SWEEP_TRIGGER and b.attempt == 1)
+        if b.status == "pending"
+        and not (b.trigger_reason == SWEEP_TRIGGER and b.attempt == 1)
         and context.instance.get_runs_count(RunsFilter(tags={PARTITION_TAG: b.batch_key})) == 0
     ]
 
@@ -50,8 +51,12 @@ def _expire_leases(session, settings: Settings, batches: Sequence[MicroBatch]) -
     for batch in batches:
         if batch.created_at + deadline < now:
             fail_and_retry(
-                session, batch, reason="lease expired: no run finished the batch", now=now,
-                max_attempts=settings.max_batch_attempts, claim_ttl_s=settings.claim_ttl_s,
+                session,
+                batch,
+                reason="lease expired: no run finished the batch",
+                now=now,
+                max_attempts=settings.max_batch_attempts,
+                claim_ttl_s=settings.claim_ttl_s,
             )
 
 
@@ -80,14 +85,16 @@ def dispatch_tick(
     plan = plan_for_tick(settings, in_flight_runs=in_flight)
     now = utcnow()
     with session_scope(engine) as session:
-        open_batches = list(
-            session.execute(sa.select(MicroBatch).where(MicroBatch.status.in_(IN_FLIGHT))).scalars()
-        )
+        open_batches = list(session.execute(sa.select(MicroBatch).where(MicroBatch.status.in_(IN_FLIGHT))).scalars())
         _expire_leases(session, settings, open_batches)
         requeue = _unlaunched(context, open_batches)[: plan.max_batches]
         fresh = create_batches(
-            session, predicate, replace(plan, max_batches=plan.max_batches - len(requeue)),
-            trigger_reason=trigger_reason, now=now, claim_ttl_s=settings.claim_ttl_s,
+            session,
+            predicate,
+            replace(plan, max_batches=plan.max_batches - len(requeue)),
+            trigger_reason=trigger_reason,
+            now=now,
+            claim_ttl_s=settings.claim_ttl_s,
             seeds_after=cursor if use_cursor else None,
         )
         batches = requeue + fresh.batches

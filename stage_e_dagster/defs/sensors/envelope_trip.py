@@ -99,10 +99,13 @@ def envelope_trip_sensor(context: SensorEvaluationContext, stage_e: StageEResour
     since, seen_at_since = _load_cursor(context.cursor)
     records = instance.get_run_records(
         filters=RunsFilter(
-            tags={DISPATCH_TAG: "micro-batch"}, statuses=ENDED,
+            tags={DISPATCH_TAG: "micro-batch"},
+            statuses=ENDED,
             updated_after=datetime.fromtimestamp(since, tz=timezone.utc) if since else None,
         ),
-        order_by="update_timestamp", ascending=True, limit=RUNS_PER_TICK,
+        order_by="update_timestamp",
+        ascending=True,
+        limit=RUNS_PER_TICK,
     )
     events: list[AssetObservation] = []
     notes: list[str] = []
@@ -138,16 +141,26 @@ def envelope_trip_sensor(context: SensorEvaluationContext, stage_e: StageEResour
                 retry_key = None
             else:
                 retry = fail_and_retry(
-                    session, batch, reason=reason, now=utcnow(),
-                    max_attempts=settings.max_batch_attempts, claim_ttl_s=settings.claim_ttl_s,
+                    session,
+                    batch,
+                    reason=reason,
+                    now=utcnow(),
+                    max_attempts=settings.max_batch_attempts,
+                    claim_ttl_s=settings.claim_ttl_s,
                 )
                 retry_key = retry.batch_key if retry else None
             events.append(
                 AssetObservation(
-                    asset_key=AssetKey("stage_c_evidence"), partition=key,
+                    asset_key=AssetKey("stage_c_evidence"),
+                    partition=key,
                     metadata=failure_row(
-                        batch_key=key, card_count=len(batch.card_ids), trigger_reason=batch.trigger_reason,
-                        attempt=batch.attempt, run_id=run.run_id, failure_reason=reason, retry_batch_key=retry_key,
+                        batch_key=key,
+                        card_count=len(batch.card_ids),
+                        trigger_reason=batch.trigger_reason,
+                        attempt=batch.attempt,
+                        run_id=run.run_id,
+                        failure_reason=reason,
+                        retry_batch_key=retry_key,
                     ),
                 )
             )
@@ -161,9 +174,13 @@ def envelope_trip_sensor(context: SensorEvaluationContext, stage_e: StageEResour
                 notes.append(f"envelope sample crossed {open_trip.bar}: opened {open_trip.trip_id}")
     if open_trip is not None:
         cancelled = hold_dispatch(instance, engine, reason=f"trip {open_trip.trip_id} open")
-        notes.append(f"trip {open_trip.trip_id} ({open_trip.bar}) open: pool held at 0, {cancelled} queued run(s) cancelled")
+        notes.append(
+            f"trip {open_trip.trip_id} ({open_trip.bar}) open: pool held at 0, {cancelled} queued run(s) cancelled"
+        )
     cursor = json.dumps({"ts": newest, "ids": sorted(seen)})
     if not events and not notes:
-        return SensorResult(skip_reason=f"{ended} dispatch run(s) ended since the last tick; envelope within bars", cursor=cursor)
+        return SensorResult(
+            skip_reason=f"{ended} dispatch run(s) ended since the last tick; envelope within bars", cursor=cursor
+        )
     context.log.info("; ".join(notes))
     return SensorResult(asset_events=events, cursor=cursor, skip_reason=None if events else "; ".join(notes))
