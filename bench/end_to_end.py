@@ -30,6 +30,7 @@ import argparse
 import json
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
@@ -61,7 +62,7 @@ from stage_e_dagster.stage_d.run import run_stage_d  # noqa: E402
 PROJECT_ROOT = Path(__file__).resolve().parents[1]
 DAGSTER_CLI = Path(sys.executable).with_name("dagster")
 # The run's events still go to the instance's event log; only the console echo of them is dropped.
-QUIET_CONSOLE = {"loggers": {"console": {"config": {"log_level": "WARNING"}}}}
+QUIET_CONSOLE = {"loggers": {"console": {"config": {"log_level": "CRITICAL"}}}}
 
 
 @dataclass
@@ -142,7 +143,8 @@ def dagster_batch(instance: DagsterInstance, url: str, partition_key: str,
                                     run_config=QUIET_CONSOLE)
     returned = time.time()
     if not result.success:
-        raise SystemExit(f"dispatch run for {partition_key} failed: {result.all_events[-1]}")
+        failures = [e.message for e in result.all_events if e.is_failure]
+        raise SystemExit(f"dispatch run for {partition_key} failed: {failures}")
     phases = framework_phases(instance, result.run_id, called, returned)
     return returned - called, sum(phases.values()), phases
 
@@ -264,7 +266,86 @@ def check_all_processed(*urls: str) -> None:
             raise SystemExit(f"{left} cards still pending in {url}: the arms did not do the same work")
 
 
-def report(results: list[SizeResult]) -> None:
+@dataclass
+class DaemonResult:
+    batch_size: int
+    cards: int
+    wall_s: float
+    runs: int
+    span_s: float
+    run_s: list[float]
+    launch_s: list[float]
+    gap_s: list[float]
+    overhead_s: list[float]
+
+
+def daemon_arm(template: Path, folder: Path, corpus: Path, batch_size: int, concurrency: int,
+               plain_by_batch: dict[frozenset[int], float], timeout_s: float) -> DaemonResult:
+    """The real thing: ``dagster-daemon`` on the project's workspace, runs launched as processes.
+
+    Timed from the daemon's start until no card waits and no batch is in flight.
+    """
+    url = fresh_copy(template, folder, f"daemon-{batch_size}")
+    home = folder / f"dagster_home_daemon_{batch_size}"
+    home.mkdir()
+    shutil.copyfile(EMBEDDED_INSTANCE_YAML, home / "dagster.yaml")
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("STAGE_E_", "DAGSTER_"))}
+    env.update({k: v for k, v in os.environ.items() if k.startswith("STAGE_E_")})
+    env.update({"DAGSTER_HOME": str(home), "STAGE_E_DATABASE_URL": url, "STAGE_E_MICRO_BATCH_SIZE": str(batch_size),
+                "STAGE_E_MAX_CONCURRENT_DISPATCHES": str(concurrency)})
+    engine = engine_for(url)
+    log_path = folder / f"daemon-{batch_size}.log"
+    started = time.perf_counter()
+    with open(log_path, "ab") as log:
+        daemon = subprocess.Popen([str(DAGSTER_CLI.with_name("dagster-daemon")), "run", "-w", "workspace.yaml"],
+                                  env=env, cwd=PROJECT_ROOT, stdout=log, stderr=subprocess.STDOUT,
+                                  start_new_session=True)
+    try:
+        while True:
+            with session_scope(engine) as session:
+                waiting = session.execute(sa.select(sa.func.count()).select_from(Card).where(
+                    sa.or_(Card.stage_c_pending, Card.stage_d_pending))).scalar_one()
+                in_flight = session.execute(sa.select(sa.func.count()).select_from(MicroBatch).where(
+                    MicroBatch.status.in_(("pending", "running")))).scalar_one()
+            if waiting == 0 and in_flight == 0:
+                break
+            if daemon.poll() is not None or time.perf_counter() - started > timeout_s:
+                raise SystemExit(f"daemon arm stuck ({waiting} cards waiting); log tail:\n"
+                                 f"{log_path.read_text()[-3000:]}")
+            time.sleep(0.25)
+        wall = time.perf_counter() - started
+    finally:
+        os.killpg(daemon.pid, signal.SIGTERM)
+        try:
+            daemon.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            os.killpg(daemon.pid, signal.SIGKILL)
+            daemon.wait()
+    instance = DagsterInstance.from_config(str(home))
+    records = sorted(instance.get_run_records(RunsFilter(tags={"stage_e/dispatch": "micro-batch"})),
+                     key=lambda r: r.create_timestamp)
+    with session_scope(engine) as session:
+        ids_by_run = {b.run_id: frozenset(b.card_ids) for b in session.execute(sa.select(MicroBatch)).scalars()}
+        cards = session.execute(sa.select(sa.func.count()).select_from(Card)).scalar_one()
+    bad = [r.dagster_run.run_id for r in records if r.dagster_run.status != DagsterRunStatus.SUCCESS]
+    if bad:
+        raise SystemExit(f"daemon runs did not succeed: {bad}")
+    created = [r.create_timestamp.timestamp() for r in records]
+    result = DaemonResult(
+        batch_size=batch_size, cards=cards, wall_s=wall, runs=len(records),
+        span_s=max(r.end_time for r in records) - min(created),
+        run_s=[r.end_time - r.start_time for r in records],
+        launch_s=[r.start_time - c for r, c in zip(records, created)],
+        gap_s=[c - prev.end_time for prev, c in zip(records, created[1:])],
+        overhead_s=[r.end_time - r.start_time - plain_by_batch[ids_by_run[r.dagster_run.run_id]]
+                    for r in records if ids_by_run.get(r.dagster_run.run_id) in plain_by_batch],
+    )
+    instance.dispose()
+    engine.dispose()
+    return result
+
+
+def report(results: list[SizeResult], daemons: list[DaemonResult]) -> None:
     print()
     for r in results:
         dagster = sum(b.dagster_s + b.tick_s for b in r.batches)
@@ -288,6 +369,18 @@ def report(results: list[SizeResult]) -> None:
             print(f"{tag} launched run (fresh `dagster job execute` process): {len(launched)} runs, "
                   f"overhead vs plain median {median(extra):+.3f} s; ratio launched/plain time "
                   f"{sum(b.launched_s for b in launched) / sum(b.plain_s for b in launched):.3f}")  # type: ignore[misc]
+    for r, d in zip(results, daemons):
+        plain = sum(b.plain_s for b in r.batches)
+        tag = f"[batch {d.batch_size}]"
+        print(f"{tag} daemon: {d.cards} cards in {d.runs} launched runs, {d.wall_s:.1f} s from daemon start to idle "
+              f"({d.cards / d.wall_s:.3f} cards/s), {d.span_s:.1f} s first run created to last run ended "
+              f"({d.cards / d.span_s:.3f} cards/s)")
+        print(f"{tag} ratio daemon/plain throughput: {plain / d.wall_s:.3f} from daemon start, "
+              f"{plain / d.span_s:.3f} over the runs' span")
+        print(f"{tag} daemon per run (median s): created->started {median(d.launch_s):.2f}  "
+              f"started->ended {median(d.run_s):.2f}  ended->next created {median(d.gap_s) if d.gap_s else 0:.2f}  "
+              f"started->ended minus plain, same batch: {median(d.overhead_s) if d.overhead_s else float('nan'):+.2f} "
+              f"({len(d.overhead_s)} matched)")
     if len(results) >= 2:
         a, b = results[0], results[-1]
         per_card = lambda r: sum(x.dagster_s - x.plain_s for x in r.batches) / r.cards  # noqa: E731
@@ -301,6 +394,9 @@ def main() -> int:
     parser.add_argument("--seed", type=int, default=7)
     parser.add_argument("--sizes", default="25,100", help="comma-separated micro-batch sizes")
     parser.add_argument("--launched", type=int, default=1, help="batches per size also run as a fresh process (0: none)")
+    parser.add_argument("--daemon", action="store_true", help="also run each size through a real dagster-daemon")
+    parser.add_argument("--daemon-concurrency", type=int, default=1,
+                        help="STAGE_E_MAX_CONCURRENT_DISPATCHES for the daemon arm (1: serial, like the plain loop)")
     parser.add_argument("--keep", type=Path, help="keep the work folder here instead of a temporary one")
     args = parser.parse_args()
     sizes = [int(s) for s in args.sizes.split(",")]
@@ -318,7 +414,14 @@ def main() -> int:
             print(f"batch size {size}:", flush=True)
             results.append(run_size(template, folder, instance, home, size, args.launched))
         instance.dispose()
-        report(results)
+        daemons = []
+        if args.daemon:
+            for r in results:
+                print(f"batch size {r.batch_size} through dagster-daemon:", flush=True)
+                plain_by_batch = {frozenset(b.card_ids): b.plain_s for b in r.batches}
+                daemons.append(daemon_arm(template, folder, corpus, r.batch_size, args.daemon_concurrency,
+                                          plain_by_batch, timeout_s=max(600.0, 5.0 * args.cards)))
+        report(results, daemons)
     return 0
 
 

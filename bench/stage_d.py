@@ -56,7 +56,8 @@ def build(engine: sa.Engine, cards: int, seed: int = 0) -> list[int]:
         for i in range(cards):
             p = rng.choice(printings)
             kind = rng.random()
-            ev = {"collector_set_code": p.code, "collector_number": p.collector_number, "art_phash": p.art_phash ^ 0b101}
+            ev = {"collector_set_code": p.code, "collector_number": p.collector_number,
+                  "art_phash": p.art_phash ^ 0b101}
             if kind < 0.1:    # old frame: no collector line, the fallback places it by art
                 ev.update(collector_set_code=None, collector_number=None)
             elif kind < 0.2:  # unreadable set code and foreign art: routed to review

@@ -197,7 +197,9 @@ def _write_batch(engine: sa.Engine, batch: list[dict[str, Any]], images_dir: Pat
         for row in rows.values():
             s = row["set"]
             known = set_rows.get(s["code"])
-            if known is None or (s["released_at"] and (known["released_at"] is None or s["released_at"] < known["released_at"])):
+            earlier = s["released_at"] and (known is None or known["released_at"] is None
+                                             or s["released_at"] < known["released_at"])
+            if known is None or earlier:
                 set_rows[s["code"]] = dict(s)
         report.expansions_inserted += _upsert_expansions(session, list(set_rows.values()))
         exp_ids = dict(session.execute(

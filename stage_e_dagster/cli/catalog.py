@@ -18,7 +18,8 @@ app = typer.Typer(help="The canonical catalogue: expansions and printings.", no_
 @app.command("import-scryfall")
 def import_scryfall_command(
     file: Annotated[Path, typer.Argument(help="Scryfall bulk card JSON (e.g. default-cards), read as a stream.")],
-    sets: Annotated[Path | None, typer.Option("--sets", help="Scryfall /sets JSON, for every set code and release date.")] = None,
+    sets: Annotated[Path | None, typer.Option(
+        "--sets", help="Scryfall /sets JSON, for every set code and release date.")] = None,
     images: Annotated[Path | None, typer.Option(
         "--images", help="Folder of local card images named <scryfall id>.jpg|.png|.webp to hash art from.")] = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,

@@ -18,7 +18,8 @@ def vote(
         help="The card: its identifier (tried first) or its numeric id.")],
     printing: Annotated[str | None, typer.Argument(
         help="The printing it shows: a printing id, or SET:NUMBER (e.g. dmu:41), or SET:NUMBER:LANG.")] = None,
-    no_match: Annotated[bool, typer.Option("--no-match", help="Vote that the card shows no catalogued printing.")] = False,
+    no_match: Annotated[bool, typer.Option(
+        "--no-match", help="Vote that the card shows no catalogued printing.")] = False,
     user: Annotated[str, typer.Option("--user", help="Who votes (required); one vote per person per card.")] = "",
     admin: Annotated[bool, typer.Option("--admin", help="Cast as an admin (weight 5 instead of 1).")] = False,
     as_json: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,

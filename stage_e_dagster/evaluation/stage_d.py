@@ -53,7 +53,8 @@ def label_truths(session: Session, labels: list[dict[str, Any]]) -> dict[int, in
             continue
         if not lb.get("set_code") or not lb.get("collector_number"):
             continue
-        found = printings.get((str(lb["set_code"]).lower(), normalize_collector_number(str(lb["collector_number"]))), [])
+        key = (str(lb["set_code"]).lower(), normalize_collector_number(str(lb["collector_number"])))
+        found = printings.get(key, [])
         lang = str(lb.get("lang") or "").lower()
         if lang:
             found = [f for f in found if f[1] == lang]

@@ -10,10 +10,10 @@ from __future__ import annotations
 
 from typing import Any, Sequence
 
-from . import agents as A
-from .decision import Decision, abstain, artist_ratio, border_known, image_unreadable, vote, ARTIST_MATCH_RATIO
-from .facts import PrintingFacts
 from ..stage_c.hashing import hamming
+from . import agents as A
+from .decision import ARTIST_MATCH_RATIO, Decision, abstain, artist_ratio, border_known, image_unreadable, vote
+from .facts import PrintingFacts
 
 ART_MAX_DISTANCE = 10      # of 64 bits: re-encoded, rescaled uploads of the same art stay well inside
 ART_MARGIN = 8             # the runner-up must be at least this much further away

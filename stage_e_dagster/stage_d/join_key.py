@@ -11,7 +11,16 @@ from __future__ import annotations
 from typing import Any, Sequence
 
 from . import agents as A
-from .decision import Decision, abstain, artist_ratio, border_known, image_unreadable, no_match, vote, ARTIST_MATCH_RATIO
+from .decision import (
+    ARTIST_MATCH_RATIO,
+    Decision,
+    abstain,
+    artist_ratio,
+    border_known,
+    image_unreadable,
+    no_match,
+    vote,
+)
 from .facts import PrintingFacts
 from .names import normalize_collector_number
 

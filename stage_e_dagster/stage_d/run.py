@@ -221,7 +221,8 @@ def _persist(
             execution_options={"synchronize_session": False},
         )
     vote_rows = [
-        {"card_id": cid, "printing_id": decisions[cid].printing_id, "is_no_match": decisions[cid].kind == A.OUTCOME_NO_MATCH,
+        {"card_id": cid, "printing_id": decisions[cid].printing_id,
+         "is_no_match": decisions[cid].kind == A.OUTCOME_NO_MATCH,
          "agent_id": agent, "source": A.MACHINE_SOURCE, "confidence": decisions[cid].confidence, "run_id": run_id}
         for cid in claimed_ids if decisions[cid].is_vote
     ]

@@ -54,7 +54,8 @@ def test_no_match_only_for_a_known_set_without_the_name() -> None:
     assert (d.kind, d.printing_id, d.confidence) == ("no-match", None, 0.6)
     assert decide_join_key(ev(collector_set_code="zzq"), [DMU_41], LEXICON).reason == A.UNKNOWN_SET_CODE
     assert decide_join_key(ev(collector_number="42"), [DMU_41], LEXICON).reason == A.NUMBER_NOT_IN_SET
-    assert decide_join_key(ev(collector_set_code=None, collector_number="9"), [DMU_41], LEXICON).reason == A.NO_SET_CODE_NO_MATCH
+    unparsed_set = ev(collector_set_code=None, collector_number="9")
+    assert decide_join_key(unparsed_set, [DMU_41], LEXICON).reason == A.NO_SET_CODE_NO_MATCH
 
 
 def test_agreement_checks_abstain_with_named_reasons() -> None:

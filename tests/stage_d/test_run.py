@@ -47,7 +47,8 @@ def build_scene(engine: sa.Engine) -> dict[str, int]:
     ids["no_match"] = b.card("Tithe Taker", evidence=dict(collector_set_code="m10", collector_number="7"))
     ids["art"] = b.card("Old Wall", evidence=dict(illus_anchor_fired=True, art_phash=0x1234_5678_9ABC_DEF1))
     ids["review"] = b.card("Tithe Taker", evidence=dict(collector_set_code="zzz", collector_number="41"))
-    ids["token"] = b.card("Tithe Taker", card_type="token", evidence=dict(collector_set_code="dmu", collector_number="41"))
+    ids["token"] = b.card("Tithe Taker", card_type="token",
+                          evidence=dict(collector_set_code="dmu", collector_number="41"))
     ids["bare"] = b.card("Tithe Taker")  # no evidence yet
     return ids
 

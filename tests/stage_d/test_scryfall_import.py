@@ -91,7 +91,9 @@ def test_art_is_hashed_from_local_images(sqlite_engine: sa.Engine, tmp_path: Pat
         assert conn.execute(sa.select(Printing.art_phash).where(Printing.scryfall_id == sid)).scalar_one() == stored
 
 
-def test_broken_files_fail_with_a_named_error_and_keep_earlier_batches(sqlite_engine: sa.Engine, tmp_path: Path) -> None:
+def test_broken_files_fail_with_a_named_error_and_keep_earlier_batches(
+    sqlite_engine: sa.Engine, tmp_path: Path
+) -> None:
     records = json.loads(CARDS.read_text())
     text = json.dumps(records[:60])
     cut = tmp_path / "cut.json"
