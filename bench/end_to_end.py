@@ -279,7 +279,7 @@ class DaemonResult:
     overhead_s: list[float]
 
 
-def daemon_arm(template: Path, folder: Path, corpus: Path, batch_size: int, concurrency: int,
+def daemon_arm(template: Path, folder: Path, batch_size: int, concurrency: int,
                plain_by_batch: dict[frozenset[int], float], timeout_s: float) -> DaemonResult:
     """The real thing: ``dagster-daemon`` on the project's workspace, runs launched as processes.
 
@@ -329,7 +329,9 @@ def daemon_arm(template: Path, folder: Path, corpus: Path, batch_size: int, conc
         cards = session.execute(sa.select(sa.func.count()).select_from(Card)).scalar_one()
     bad = [r.dagster_run.run_id for r in records if r.dagster_run.status != DagsterRunStatus.SUCCESS]
     if bad:
-        raise SystemExit(f"daemon runs did not succeed: {bad}")
+        failures = [e.message for run_id in bad for e in instance.all_logs(run_id) if e.is_error or (
+            e.dagster_event is not None and e.dagster_event.is_failure)]
+        raise SystemExit(f"daemon runs did not succeed: {bad}: {failures[:3]}")
     created = [r.create_timestamp.timestamp() for r in records]
     result = DaemonResult(
         batch_size=batch_size, cards=cards, wall_s=wall, runs=len(records),
@@ -419,7 +421,7 @@ def main() -> int:
             for r in results:
                 print(f"batch size {r.batch_size} through dagster-daemon:", flush=True)
                 plain_by_batch = {frozenset(b.card_ids): b.plain_s for b in r.batches}
-                daemons.append(daemon_arm(template, folder, corpus, r.batch_size, args.daemon_concurrency,
+                daemons.append(daemon_arm(template, folder, r.batch_size, args.daemon_concurrency,
                                           plain_by_batch, timeout_s=max(600.0, 5.0 * args.cards)))
         report(results, daemons)
     return 0

@@ -24,6 +24,9 @@ from ..catalog.migrate import upgrade
 from ..catalog.models import Card, EnvelopeTrip, ImageEvidence, MicroBatch, PrintingVote
 from ..corpus.seed import seed_corpus
 from ..defs.instance import WORKSPACE_YAML, dagster_home
+from ..evaluation.labels import load_labels
+from ..evaluation.stage_c import evaluate_stage_c
+from ..evaluation.stage_d import evaluate_stage_d
 from ..settings import Settings
 from .context import catalog_engine, settings
 from .errors import CliError
@@ -95,6 +98,22 @@ def _snapshot(engine: sa.Engine) -> dict[str, int]:
             "resolved": _count(session, Card, Card.printing_status == "resolved"),
             "open_trips": _count(session, EnvelopeTrip, EnvelopeTrip.acknowledged_at.is_(None)),
         }
+
+
+def _print_accuracy(engine: sa.Engine, labels_path: Path) -> None:
+    """How the streamed results compare with the corpus's ground truth (what `stage-e evaluate` reports)."""
+    labels = load_labels(labels_path)
+    c = evaluate_stage_c(engine, labels)
+    d = evaluate_stage_d(engine, labels)
+
+    def pct(value: float | None) -> str:
+        return "-" if value is None else f"{100 * value:.1f}%"
+
+    typer.echo(
+        f"against the labels: collector number {pct(c['collector_number_accuracy'])}, "
+        f"set code {pct(c['set_code_accuracy'])}, machine-vote precision {pct(d['vote_precision'])}, "
+        f"coverage {pct(d['coverage'])}, wrong resolutions {d['wrong_resolutions']}"
+    )
 
 
 def _idle(snap: dict[str, int]) -> bool:
@@ -184,6 +203,9 @@ def demo(
         stop_process_group(daemon)
     elapsed = time.monotonic() - started
     snap = _snapshot(engine)
+    labels_path = corpus_dir / "labels.jsonl"
+    if labels_path.exists():
+        _print_accuracy(engine, labels_path)
     typer.echo(
         f"demo idle after {elapsed:.0f} s: {snap['cards']} cards, {snap['batches_succeeded']} batches succeeded, "
         f"{snap['batches_failed']} failed or abandoned, {snap['evidence_rows']} evidence rows, "
