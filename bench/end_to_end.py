@@ -9,19 +9,25 @@ same starting state. For each batch size (default 25, the setting's default, and
   * plain:   the same batches, card for card, through ``run_stage_c`` + ``run_stage_d`` in a loop;
   * launched (the first ``--launched`` batches, own catalogue copy): the same batches as a fresh
     ``dagster job execute`` process each, which is what a launched run pays on top: Python start,
-    imports, loading the code location, a cold name index.
+    imports, loading the code location, a cold name index;
+  * daemon (``--daemon``): a fresh catalogue copy drained by a real ``dagster-daemon`` on the
+    project's workspace and ``dagster.yaml``: sensor ticks every few seconds, the run queue, runs
+    launched as processes by the default run launcher. ``--daemon-concurrency`` (default 1, so it
+    compares with the serial plain loop) sets ``STAGE_E_MAX_CONCURRENT_DISPATCHES``.
 
 The dagster and plain runs of a batch are timed back to back (order alternating) so drifting load
 on a shared machine hits both. Per-run fixed overhead = run wall time minus the plain loop's time
 for the same batch. The framework share of it (run wall minus the two steps' own durations, from
-the run's event log) is printed too, since it is far less noisy than a difference of two OCR runs.
+the run's event log, split by phase) is printed too: it is far less noisy than a difference of
+two OCR runs.
 
-In-process execution leaves out the run worker's process start (the launched arm measures it) and
-the daemon's queue and launch latency (not measured here: the run queue polls every second).
+In-process execution leaves out the run worker's process start (the launched arm measures it)
+and the daemon's tick interval, queue and launch latency (the daemon arm measures them).
 
 Usage:
-  python bench/end_to_end.py                                   # 200 cards, batches of 25 and 100
-  python bench/end_to_end.py --cards 12 --sizes 2,4              # smoke size
+  python bench/end_to_end.py                         # 200 cards, batches of 25 and 100
+  python bench/end_to_end.py --daemon                # also through a real dagster-daemon
+  python bench/end_to_end.py --cards 6 --sizes 2,3   # smoke size, under a minute
 """
 
 from __future__ import annotations
@@ -63,6 +69,8 @@ PROJECT_ROOT = Path(__file__).resolve().parents[1]
 DAGSTER_CLI = Path(sys.executable).with_name("dagster")
 # The run's events still go to the instance's event log; only the console echo of them is dropped.
 QUIET_CONSOLE = {"loggers": {"console": {"config": {"log_level": "CRITICAL"}}}}
+ACTIVE = [DagsterRunStatus.QUEUED, DagsterRunStatus.NOT_STARTED, DagsterRunStatus.STARTING, DagsterRunStatus.STARTED]
+PHASES = ("create", "start", "between", "finish", "return")  # see framework_phases
 
 
 @dataclass
@@ -125,9 +133,6 @@ def plain_batch(url: str, card_ids: list[int], run_id: str) -> float:
         fetcher.close()
     run_stage_d(engine, card_ids, run_id=run_id)
     return time.perf_counter() - started
-
-
-PHASES = ("create", "start", "between", "finish", "return")
 
 
 def dagster_batch(instance: DagsterInstance, url: str, partition_key: str,
@@ -205,6 +210,7 @@ def warm_up(template: Path, folder: Path, instance: DagsterInstance) -> None:
 
 
 def tick(instance: DagsterInstance, url: str, cursor: str | None) -> SensorResult:
+    """One evaluation of the real sensor; its partitions are added as the daemon would add them."""
     sensor = defs.resolve_sensor_def("card_created_sensor")
     context = build_sensor_context(instance=instance, cursor=cursor,
                                    resources={"stage_e": StageEResource(database_url=url)}, definitions=defs)
@@ -283,7 +289,8 @@ def daemon_arm(template: Path, folder: Path, batch_size: int, concurrency: int,
                plain_by_batch: dict[frozenset[int], float], timeout_s: float) -> DaemonResult:
     """The real thing: ``dagster-daemon`` on the project's workspace, runs launched as processes.
 
-    Timed from the daemon's start until no card waits and no batch is in flight.
+    Timed from the daemon's start until no card waits, no batch is in flight and no run is active
+    (stopping the daemon earlier would interrupt a run worker still writing its last events).
     """
     url = fresh_copy(template, folder, f"daemon-{batch_size}")
     home = folder / f"dagster_home_daemon_{batch_size}"
@@ -294,6 +301,7 @@ def daemon_arm(template: Path, folder: Path, batch_size: int, concurrency: int,
     env.update({"DAGSTER_HOME": str(home), "STAGE_E_DATABASE_URL": url, "STAGE_E_MICRO_BATCH_SIZE": str(batch_size),
                 "STAGE_E_MAX_CONCURRENT_DISPATCHES": str(concurrency)})
     engine = engine_for(url)
+    instance = DagsterInstance.from_config(str(home))
     log_path = folder / f"daemon-{batch_size}.log"
     started = time.perf_counter()
     with open(log_path, "ab") as log:
@@ -307,7 +315,7 @@ def daemon_arm(template: Path, folder: Path, batch_size: int, concurrency: int,
                     sa.or_(Card.stage_c_pending, Card.stage_d_pending))).scalar_one()
                 in_flight = session.execute(sa.select(sa.func.count()).select_from(MicroBatch).where(
                     MicroBatch.status.in_(("pending", "running")))).scalar_one()
-            if waiting == 0 and in_flight == 0:
+            if waiting == 0 and in_flight == 0 and instance.get_runs_count(RunsFilter(statuses=ACTIVE)) == 0:
                 break
             if daemon.poll() is not None or time.perf_counter() - started > timeout_s:
                 raise SystemExit(f"daemon arm stuck ({waiting} cards waiting); log tail:\n"
@@ -321,7 +329,6 @@ def daemon_arm(template: Path, folder: Path, batch_size: int, concurrency: int,
         except subprocess.TimeoutExpired:
             os.killpg(daemon.pid, signal.SIGKILL)
             daemon.wait()
-    instance = DagsterInstance.from_config(str(home))
     records = sorted(instance.get_run_records(RunsFilter(tags={"stage_e/dispatch": "micro-batch"})),
                      key=lambda r: r.create_timestamp)
     with session_scope(engine) as session:
@@ -329,8 +336,8 @@ def daemon_arm(template: Path, folder: Path, batch_size: int, concurrency: int,
         cards = session.execute(sa.select(sa.func.count()).select_from(Card)).scalar_one()
     bad = [r.dagster_run.run_id for r in records if r.dagster_run.status != DagsterRunStatus.SUCCESS]
     if bad:
-        failures = [e.message for run_id in bad for e in instance.all_logs(run_id) if e.is_error or (
-            e.dagster_event is not None and e.dagster_event.is_failure)]
+        failures = [e.message for run_id in bad for e in instance.all_logs(run_id)
+                    if e.dagster_event is not None and e.dagster_event.is_failure]
         raise SystemExit(f"daemon runs did not succeed: {bad}: {failures[:3]}")
     created = [r.create_timestamp.timestamp() for r in records]
     result = DaemonResult(
@@ -360,7 +367,8 @@ def report(results: list[SizeResult], daemons: list[DaemonResult]) -> None:
         print(f"{tag} dagster (ticks + in-process runs) {r.cards / dagster:6.3f} cards/s   "
               f"runs only {r.cards / runs_only:6.3f} cards/s   plain loop {r.cards / plain:6.3f} cards/s")
         print(f"{tag} ratio dagster/plain throughput: {plain / dagster:.3f}  (runs only {plain / runs_only:.3f})")
-        print(f"{tag} per-run fixed overhead (run wall - plain, same batch): mean {sum(overhead) / len(overhead):+.3f} s  "
+        print(f"{tag} per-run fixed overhead (run wall - plain, same batch): "
+              f"mean {sum(overhead) / len(overhead):+.3f} s  "
               f"median {median(overhead):+.3f} s;  framework outside steps: median {median(framework):.3f} s;  "
               f"tick {sum(b.tick_s for b in r.batches) / len(r.batches):.3f} s per batch")
         print(f"{tag} framework outside steps by phase (median s): " + "  ".join(
@@ -395,7 +403,8 @@ def main() -> int:
     parser.add_argument("--cards", type=int, default=200, help="seeded cards (each arm processes all of them)")
     parser.add_argument("--seed", type=int, default=7)
     parser.add_argument("--sizes", default="25,100", help="comma-separated micro-batch sizes")
-    parser.add_argument("--launched", type=int, default=1, help="batches per size also run as a fresh process (0: none)")
+    parser.add_argument("--launched", type=int, default=1,
+                        help="batches per size also run as a fresh process (0: none)")
     parser.add_argument("--daemon", action="store_true", help="also run each size through a real dagster-daemon")
     parser.add_argument("--daemon-concurrency", type=int, default=1,
                         help="STAGE_E_MAX_CONCURRENT_DISPATCHES for the daemon arm (1: serial, like the plain loop)")

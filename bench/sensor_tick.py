@@ -262,7 +262,8 @@ def report(label: str, kind: str, catalogue: Catalogue, times: TickTimes, top: i
           f"p90 {percentile(times.ms, 0.9):8.2f} ms   ({len(times.ms)} ticks)")
     sql_ms = _sql_ms(times)
     count = sum(len(v) for v in times.statements.values()) / len(times.ms)
-    print(f"      {sql_ms:8.2f} ms/tick in {count:.0f} catalogue statements; the rest is the Dagster instance and Python")
+    print(f"      {sql_ms:8.2f} ms/tick in {count:.0f} catalogue statements; "
+          "the rest is the Dagster instance and Python")
     ranked = sorted(times.statements.items(), key=lambda kv: -sum(kv[1]))[:top]
     for statement, values in ranked:
         per_tick = sum(values) / len(times.ms)

@@ -70,11 +70,15 @@ def main() -> None:
         floor_band = floor_cpu(images, "bottom_lines")
 
         groups: dict[str, list[float]] = defaultdict(list)
+        attempts: list[int] = []
+        compute_start = cpu_seconds()
         for data in images:
             result = compute_evidence(sha256_hex(data), data, latency_ms=0.0, lexicon=lexicon)
             groups["decode"].append(result.timings_ms.get("decode", 0.0))
             for group, keys in EXTRACTOR_GROUPS.items():
                 groups[group].append(sum(result.timings_ms.get(k, 0.0) for k in keys))
+            attempts.append(result.ocr_attempts)
+        compute_cpu = (cpu_seconds() - compute_start) / len(images)
 
         fetcher = ImageFetcher(engine=engine, image_roots=[folder], allowed_hosts=[], timeout_s=10,
                                max_bytes=50_000_000, rate_per_sec=10)
@@ -89,11 +93,14 @@ def main() -> None:
     print("per-card wall ms by extractor group (compute only, mean / median):")
     for group, values in groups.items():
         print(f"  {group:<8} {statistics.mean(values):8.1f} / {statistics.median(values):8.1f}")
+    print(f"Tesseract reads per card: {statistics.mean(attempts):.2f} (max {max(attempts)}); "
+          f"extraction alone: {compute_cpu * 1000:.1f} ms CPU per card")
     print(f"stage C per card: {stage_c_cpu * 1000:.1f} ms CPU, {stage_c_wall * 1000:.1f} ms wall "
           f"(fetch + extract + persist)")
     print(f"cards per second per core: {1 / stage_c_cpu:.2f}")
     print(f"floor, decode + one Tesseract call on the bottom-lines crop Stage C reads: {floor_band * 1000:.1f} ms CPU")
-    print(f"floor, decode + one Tesseract call on the left collector-number crop:     {floor_collector * 1000:.1f} ms CPU")
+    print(f"floor, decode + one Tesseract call on the left collector-number crop:     "
+          f"{floor_collector * 1000:.1f} ms CPU")
     print(f"ratio stage C / floor (bottom-lines crop): {stage_c_cpu / floor_band:.2f}  (target <= 3)")
     print(f"ratio stage C / floor (left collector crop): {stage_c_cpu / floor_collector:.2f}")
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import uuid
 from datetime import datetime, timezone
+from functools import partial
 from pathlib import Path
 from typing import Annotated, Any, Callable, Sequence
 
@@ -19,6 +20,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from ..catalog.models import Card
 from ..settings import Settings
 from ..stage_c.fetch import ImageFetcher
+from ..stage_c.pool import run_stage_c_pool
 from ..stage_c.run import run_stage_c
 from .bulk_stage_d import chain_stages, run_bulk_stage_d, stage_d_total
 from .context import catalog_engine, settings
@@ -40,13 +42,17 @@ def stage_c_total(engine: sa.Engine, card_ids: Sequence[int] | None) -> int:
 
 
 def run_bulk_stage_c(engine: sa.Engine, cfg: Settings, card_ids: Sequence[int] | None, limit: int | None,
-                     writer: str, advance: Callable[[int], None]) -> dict[str, Any]:
-    fetcher = ImageFetcher.from_settings(cfg, engine)
-    try:
-        report = run_stage_c(engine, card_ids, writer=writer, run_id=writer, fetcher=fetcher, limit=limit,
-                             progress=advance)
-    finally:
-        fetcher.close()
+                     writer: str, advance: Callable[[int], None], *, workers: int = 1) -> dict[str, Any]:
+    if workers > 1:
+        report = run_stage_c_pool(cfg, card_ids, workers=workers, writer=writer, run_id=writer, limit=limit,
+                                  progress=advance)
+    else:
+        fetcher = ImageFetcher.from_settings(cfg, engine)
+        try:
+            report = run_stage_c(engine, card_ids, writer=writer, run_id=writer, fetcher=fetcher, limit=limit,
+                                 progress=advance)
+        finally:
+            fetcher.close()
     data = {k: v for k, v in vars(report).items() if k not in ("lockout", "deferred_card_ids")}
     data["deferred"] = len(report.deferred_card_ids)
     data["lockout"] = None if report.lockout is None else {
@@ -81,14 +87,20 @@ def bulk(
     limit: Annotated[int | None, typer.Option("--limit", min=1, help="Stop after this many cards.")] = None,
     card_ids_file: Annotated[Path | None, typer.Option("--card-ids", help="File of card ids to process.")] = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print the report as JSON.")] = False,
+    workers: Annotated[int, typer.Option("--workers", min=1, help="Stage C worker processes.")] = 1,
 ) -> None:
     """Run a stage over its backlog (or the given cards) at full speed, with a progress bar."""
     if stage not in STAGE_RUNNERS:
         raise CliError(f"unknown --stage {stage!r}; expected one of: {', '.join(STAGE_RUNNERS)}")
+    if workers > 1 and stage not in ("c", "all"):
+        raise CliError("--workers applies to Stage C only (--stage c or all)")
     card_ids = read_card_ids(card_ids_file) if card_ids_file is not None else None
     cfg = settings()
     engine = catalog_engine(cfg)
     count, runner = STAGE_RUNNERS[stage]
+    if workers > 1:
+        stage_c = (stage_c_total, partial(run_bulk_stage_c, workers=workers))
+        count, runner = stage_c if stage == "c" else chain_stages(stage_c, STAGE_RUNNERS["d"])
     total = count(engine, card_ids)
     if limit is not None:
         total = min(total, limit)

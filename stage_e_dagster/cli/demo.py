@@ -32,6 +32,9 @@ from .context import catalog_engine, settings
 from .errors import CliError
 
 DEMO_LOAD_FACTOR = 3
+# Broken uploads in the demo corpus: enough to show their named outcomes, few enough that a few
+# hundred cards stay under the fetch-failure bar (the 6th failure in 500 fetches trips it).
+DEMO_BROKEN_SHARE = 0.02
 
 
 def _reset_signals() -> None:
@@ -139,7 +142,7 @@ def demo(
     corpus_dir = cfg.state_dir / "demo-corpus"
     if _snapshot(engine)["cards"] == 0:
         typer.echo(f"seeding {cards} synthetic cards into {corpus_dir} ...")
-        seed_corpus(engine, corpus_dir, cards=cards, seed=seed)
+        seed_corpus(engine, corpus_dir, cards=cards, seed=seed, broken_share=DEMO_BROKEN_SHARE)
     env = child_environment(cfg, corpus_dir)
     load_bar = env.get("STAGE_E_HOST_LOAD_CEILING", cfg.host_load_ceiling)
     typer.echo(f"streaming on for the demo's processes; host load bar {load_bar}")

@@ -48,8 +48,8 @@ def _frame_colour(p: PrintingSpec) -> tuple[int, int, int]:
 
 
 def _box(name: str, w: int, h: int) -> tuple[int, int, int, int]:
-    l, t, r, b = BOXES[name]
-    return round(l * w), round(t * h), round(r * w), round(b * h)
+    left, top, right, bottom = BOXES[name]
+    return round(left * w), round(top * h), round(right * w), round(bottom * h)
 
 
 def bottom_lines(p: PrintingSpec) -> tuple[str, str]:

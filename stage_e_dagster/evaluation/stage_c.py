@@ -1,4 +1,5 @@
-"""Stage C accuracy against labels: collector number, set code, bleed class and border colour.
+"""Stage C accuracy against labels: collector number, set code, bleed class and border colour
+(plus the artist credit and copyright year when the labels carry them).
 
 A field counts only for labelled cards that carry it (a printed collector line, a readable
 file); a labelled card with no current evidence counts as wrong, so gaps show in the figure.
@@ -11,8 +12,7 @@ from typing import Any, Callable
 import sqlalchemy as sa
 from sqlalchemy.orm import Session
 
-from ..catalog.models import Card
-from ..catalog.models import ImageEvidence
+from ..catalog.models import Card, ImageEvidence
 from ..stage_c.current import present_evidence
 from ..stage_c.parse import normalize_number
 
@@ -51,7 +51,18 @@ CHECKS: dict[str, tuple[Callable[[dict[str, Any]], bool], Callable[[dict[str, An
         lambda lb: _readable(lb) and bool(lb.get("border_color")),
         lambda lb, ev: ev.layout_class == lb["border_color"],
     ),
+    "artist": (
+        lambda lb: _readable(lb) and bool(lb.get("artist")),
+        lambda lb, ev: (ev.artist_name or "").casefold() == str(lb["artist"]).casefold(),
+    ),
+    "copyright_year": (
+        lambda lb: _readable(lb) and bool(lb.get("copyright_year")),
+        lambda lb, ev: ev.copyright_year == int(lb["copyright_year"]),
+    ),
 }
+_LABEL_FIELD = {"bleed": "bleed_class", "border": "border_color"}
+_EVIDENCE_FIELD = {"collector_number": "collector_number", "set_code": "collector_set_code", "bleed": "bleed_class",
+                   "border": "layout_class", "artist": "artist_name", "copyright_year": "copyright_year"}
 
 
 def evaluate_stage_c(engine: sa.Engine, labels: list[dict[str, Any]], *,
@@ -75,11 +86,9 @@ def evaluate_stage_c(engine: sa.Engine, labels: list[dict[str, Any]], *,
             ok = ev is not None and not ev.terminal and correct(label, ev)
             counts[name][0] += ok
             if not ok and misses is not None:
-                misses.append({"identifier": label["identifier"], "field": name, "expected": label.get(
-                    {"bleed": "bleed_class", "border": "border_color"}.get(name, name)),
-                    "found": None if ev is None else {"collector_number": ev.collector_number,
-                                                      "set_code": ev.collector_set_code, "bleed": ev.bleed_class,
-                                                      "border": ev.layout_class}[name]})
+                misses.append({"identifier": label["identifier"], "field": name,
+                               "expected": label.get(_LABEL_FIELD.get(name, name)),
+                               "found": None if ev is None else getattr(ev, _EVIDENCE_FIELD[name])})
     result: dict[str, Any] = {}
     for name, (correct, total) in counts.items():
         result[f"{name}_accuracy"] = _ratio(correct, total)

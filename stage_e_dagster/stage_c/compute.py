@@ -33,6 +33,7 @@ class ExtractionResult:
     terminal: bool = False
     error_class: str | None = None
     timings_ms: dict[str, float] = field(default_factory=dict)
+    ocr_attempts: int = 0  # Tesseract reads of the bottom band this pass made (for benchmarks)
 
     def record(self, key: str, fields: dict[str, Any], skip: str | None) -> None:
         for name in FIELDS_BY_KEY[key]:
@@ -119,4 +120,5 @@ def compute_evidence(content_hash: str, data: bytes, *, latency_ms: float | None
             fields, skip = {}, "extractor-error"
         result.timings_ms[key] = (time.perf_counter() - t0) * 1000
         result.record(key, fields, skip)
+    result.ocr_attempts = ctx.ocr_attempts
     return result

@@ -48,7 +48,8 @@ def decode_image(data: bytes, *, max_pixels: int = DEFAULT_MAX_PIXELS) -> Decode
             warnings.simplefilter("error", Image.DecompressionBombWarning)
             image.load()
     except OSError as exc:
-        kind = "truncated-image" if "truncated" in str(exc).lower() or "broken data stream" in str(exc).lower() else "not-an-image"
+        message = str(exc).lower()
+        kind = "truncated-image" if "truncated" in message or "broken data stream" in message else "not-an-image"
         return Decoded(None, fmt, kind, width, height)
     except (Image.DecompressionBombError, Image.DecompressionBombWarning):
         return Decoded(None, fmt, "decompression-bomb", width, height)

@@ -58,6 +58,10 @@ class ImageContext:
         left, top, right, bottom = trim_box(*self.size, self.bleed_class)
         return bottom - top
 
+    @property
+    def ocr_attempts(self) -> int:
+        return self._read.attempts if self._read is not None else 0
+
     def bottom_lines(self) -> BottomLinesRead:
         if self._read is None:
             self._read = read_bottom_lines(self.image.crop(self.box("bottom_lines")), self.face_height, self.lexicon)
@@ -120,7 +124,8 @@ def collector_line_ocr(ctx: ImageContext) -> Outcome:
         "collector_language": parse.language,
     }
     if parse.collector_number is None:
-        return fields, "no-text" if not read.raw_text.strip() or read.illus_anchor else "ambiguous"
+        # Nothing of a collector block (old frames print none) is "no-text"; a partial block is "ambiguous".
+        return fields, "ambiguous" if parse.set_code else "no-text"
     return fields, None
 
 

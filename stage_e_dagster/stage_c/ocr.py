@@ -174,7 +174,9 @@ def read_bottom_lines(band: Image.Image, face_height: int, lexicon: frozenset[st
             best = read
         if _usable(collector, lexicon):
             return read
-        if illus and collector.collector_number is None:
+        if collector.collector_number is None and collector.set_code is None and (illus or (year and attempt >= 2)):
+            # An old frame: the credit (or, on a second read, the copyright line) reads cleanly
+            # and there is no collector block at all, so further reads would find nothing more.
             return read
         if attempt >= max_attempts:
             break

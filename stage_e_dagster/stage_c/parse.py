@@ -13,14 +13,20 @@ from itertools import product
 LANG_CODES = ("EN", "DE", "FR", "IT", "ES", "PT", "JA", "JP", "RU", "KO", "ZH", "CS", "CT", "PH")
 RARITY_LETTERS = "CURMSLTPB"
 
-_SLASH = re.compile(r"(?<![0-9A-Za-z])[*\u2605]?((?:[0-9OoIlSB] ?){0,3}[0-9OoIlSB][a-z]?)\s*[/|\\]\s*([0-9OoIlSB]{1,4})")
+# Number over set size, e.g. "041/281"; OCR may split a digit group or read O/I/l/S/B for digits.
+_SLASH = re.compile(
+    r"(?<![0-9A-Za-z])[*\u2605]?((?:[0-9OoIlSB] ?){0,3}[0-9OoIlSB][a-z]?)\s*[/|\\]\s*([0-9OoIlSB]{1,4})"
+)
 _RARITY_FIRST = re.compile(rf"(?<![0-9A-Za-z])[{RARITY_LETTERS}]\s*[^\sA-Za-z0-9]?\s*([0-9OoIlSB]{{3,5}}[a-z]?)\b")
 _BARE_NUMBER = re.compile(r"(?<![0-9A-Za-z/])[*\u2605]?([0-9]{1,4}[a-z]?)(?![0-9/])")
 _LANG = re.compile(rf"(?<![A-Z])({'|'.join(LANG_CODES)})(?![a-z])")
 _YEAR_MARKED = re.compile(r"(?:\u00a9|\(c\)|\bc\)|copyright|&)\s*((?:19|20)\d{2})\b", re.IGNORECASE)
 _YEAR_BARE = re.compile(r"(?<!\d)((?:19|20)\d{2})(?!\d)")
 _PROXY = re.compile(r"not\s*for\s*sale|\bproxy\b|playtest|original\s+design", re.IGNORECASE)
-_ILLUS = re.compile(r"\b[Il1|]{1,2}lu[s5][.,:]?\s+([A-Z][\w'\-]+(?:\s+[A-Z][\w'\-]+){0,3})")
+# Name words are capitalised, not all capitals, so a "PROXY" or "NOT FOR SALE" beside the credit stays out.
+_NAME_WORD = r"[A-Z][a-z][\w'\-]*"
+_ILLUS = re.compile(rf"(?:\b[Il1|]{{1,2}}lu[s5][.,:]?|\b[il1|]u[s5][.,:])\s+({_NAME_WORD}(?:\s+{_NAME_WORD}){{0,3}})")
+_GLUED = re.compile(r"(?<=[a-z])(?=[A-Z][a-z])")
 
 # Glyphs OCR confuses, digit side first.
 _CONFUSIONS = {"0": "od", "o": "0dq", "d": "o", "q": "o", "1": "il", "i": "1l", "l": "1i", "5": "s",
@@ -131,8 +137,13 @@ def parse_artist(text: str) -> tuple[str | None, bool]:
     """The ``Illus.`` credit when present (name, True); otherwise (None, False)."""
     match = _ILLUS.search(text)
     if match:
-        return match.group(1).strip()[:64], True
+        return _unglue(match.group(1).strip())[:64], True
     return None, False
+
+
+def _unglue(name: str) -> str:
+    """Small type often loses the space between given name and surname: ``SvenGrant``."""
+    return " ".join(_GLUED.sub(" ", word) if " " not in name else word for word in name.split())
 
 
 def parse_artist_after_language(line: str) -> str | None:
@@ -140,10 +151,9 @@ def parse_artist_after_language(line: str) -> str | None:
     lang = _LANG.search(line)
     if not lang:
         return None
-    words = re.findall(r"[A-Z][a-zA-Z'\-]+", line[lang.end():])
-    words = [w for w in words if w.upper() not in LANG_CODES]
+    words = re.findall(_NAME_WORD, line[lang.end():])
     name = " ".join(words[:3]).strip()
-    return name[:64] or None
+    return _unglue(name)[:64] or None
 
 
 def parse_legal(text: str) -> tuple[int | None, bool]:

@@ -101,7 +101,8 @@ def image_host(card_jpeg: bytes) -> Iterator[str]:
     server.server_close()
 
 
-def make_fetcher(engine: sa.Engine | None, roots: list[Path], hosts: list[str] = (), **overrides: object) -> ImageFetcher:
+def make_fetcher(engine: sa.Engine | None, roots: list[Path], hosts: list[str] = (),
+                 **overrides: object) -> ImageFetcher:
     options: dict[str, object] = dict(timeout_s=0.5, max_bytes=200_000, rate_per_sec=1000.0)
     options.update(overrides)
     return ImageFetcher(engine=engine, image_roots=roots, allowed_hosts=list(hosts), **options)  # type: ignore[arg-type]

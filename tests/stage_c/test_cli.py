@@ -51,11 +51,14 @@ def test_seed_bulk_evaluate(env: Path) -> None:
 
 def test_user_errors_are_one_line(env: Path) -> None:
     assert "unknown --stage 'x'" in str(runner.invoke(app, ["bulk", "--stage", "x"]).exception)
+    workers = runner.invoke(app, ["bulk", "--stage", "d", "--workers", "2"])
+    assert "--workers applies to Stage C only" in str(workers.exception)
     bad = env / "bad.txt"
     bad.write_text("12 abc\n")
     result = runner.invoke(app, ["bulk", "--card-ids", str(bad)])
     assert "bad.txt:1: 'abc' is not a card id" in str(result.exception)
     labels = env / "labels.jsonl"
     labels.write_text('{"name": "no identifier"}\n')
-    assert "expected an object with a string 'identifier'" in str(runner.invoke(app, ["evaluate", str(labels)]).exception)
+    refused = runner.invoke(app, ["evaluate", str(labels)])
+    assert "expected an object with a string 'identifier'" in str(refused.exception)
     assert "--cards must be at least 1" in str(runner.invoke(app, ["seed", "--cards", "0"]).exception)

@@ -106,3 +106,56 @@ def test_two_processes_on_the_same_cards_write_one_row_each(pg_url_fresh: str, t
         pending = conn.execute(sa.select(sa.func.count()).where(Card.stage_c_pending)).scalar_one()
     engine.dispose()
     assert per_card == {i: 1 for i in ids} and pending == 0
+
+
+def _reserve_many(url: str, count: int, out: "multiprocessing.Queue[float]") -> None:
+    engine = make_engine(url)
+    for _ in range(count):
+        out.put(reserve_slot(engine, "images.example.org", 20.0, now=5000.0))
+    engine.dispose()
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("backend", ["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
+def test_pacer_slots_are_global_across_processes(backend: str, sqlite_url: str, request: pytest.FixtureRequest) -> None:
+    url = sqlite_url if backend == "sqlite" else request.getfixturevalue("pg_url_fresh")
+    ctx = multiprocessing.get_context("spawn")
+    queue: "multiprocessing.Queue[float]" = ctx.Queue()
+    procs = [ctx.Process(target=_reserve_many, args=(url, 6, queue)) for _ in range(3)]
+    for p in procs:
+        p.start()
+    slots = sorted(queue.get(timeout=60) for _ in range(18))
+    for p in procs:
+        p.join(60)
+    # 18 requests from 3 processes at 20 per second take 0.85 s of slots, as one process would.
+    assert all(b - a >= 0.05 - 1e-9 for a, b in zip(slots, slots[1:]))
+    assert slots[-1] - slots[0] == pytest.approx(17 * 0.05)
+
+
+def test_http_fetches_wait_for_their_slot(sqlite_engine: sa.Engine, image_host: str) -> None:
+    import time
+
+    with make_fetcher(sqlite_engine, [], [image_host.split("//", 1)[1]], rate_per_sec=10.0) as fetcher:
+        started = time.perf_counter()
+        results = [fetcher.fetch(f"{image_host}/card.jpg?i={i}") for i in range(5)]
+        elapsed = time.perf_counter() - started
+    assert [r.outcome for r in results] == ["ok"] * 5
+    assert elapsed >= 0.4 - 0.02  # five requests at 10/s: the last starts 0.4 s after the first
+
+
+@pytest.mark.slow
+def test_worker_pool_covers_the_backlog_once(sqlite_url: str, tmp_path: Path) -> None:
+    from stage_e_dagster.settings import Settings
+    from stage_e_dagster.stage_c.pool import run_stage_c_pool
+
+    engine = make_engine(sqlite_url)
+    seed_corpus(engine, tmp_path, cards=10, seed=8, broken_share=0.2)
+    settings = Settings(database_url=sqlite_url, image_roots=(tmp_path,))
+    ticks: list[int] = []
+    report = run_stage_c_pool(settings, None, workers=2, writer="bulk:pool", run_id=None, progress=ticks.append)
+    assert (report.attempted, report.completed, sum(ticks)) == (10, 10, 10)
+    with engine.connect() as conn:
+        per_card = conn.execute(sa.select(sa.func.count(), sa.func.count(sa.distinct(ImageEvidence.card_id)))).one()
+        pending = conn.execute(sa.select(sa.func.count()).where(Card.stage_c_pending)).scalar_one()
+    engine.dispose()
+    assert tuple(per_card) == (10, 10) and pending == 0

@@ -5,7 +5,11 @@ from __future__ import annotations
 import pytest
 
 from stage_e_dagster.stage_c.parse import (
-    normalize_number, parse_artist, parse_artist_after_language, parse_collector_lines, parse_legal,
+    normalize_number,
+    parse_artist,
+    parse_artist_after_language,
+    parse_collector_lines,
+    parse_legal,
     repair_set_code,
 )
 
@@ -52,6 +56,8 @@ def test_repair_refuses_ambiguous_fixes() -> None:
 def test_artist_and_legal() -> None:
     assert parse_artist("Illus. Anna Adler\n\u00a9 1995 Wizards") == ("Anna Adler", True)
     assert parse_artist_after_language("DMU \u2022 EN / Sven Holm") == "Sven Holm"
+    assert parse_artist("Illus. Rosa Ibsen PROXY - NOT FOR SALE") == ("Rosa Ibsen", True)
+    assert parse_artist_after_language("KVS * EN 7 UmarStone") == "Umar Stone"
     assert parse_legal("\u2122 & \u00a9 2018 Wizards of the Coast") == (2018, False)
     assert parse_legal("PROXY - NOT FOR SALE\nWizards 2020") == (2020, True)
     assert normalize_number("0041") == "41" and normalize_number("000") == "0"

@@ -41,7 +41,8 @@ def evidence(engine: sa.Engine, card_id: int) -> list[ImageEvidence]:
 
 def outcomes(engine: sa.Engine) -> list[tuple[str, int | None]]:
     with Session(engine) as s:
-        return [tuple(r) for r in s.execute(sa.select(FetchOutcome.outcome, FetchOutcome.card_id).order_by(FetchOutcome.id))]
+        rows = s.execute(sa.select(FetchOutcome.outcome, FetchOutcome.card_id).order_by(FetchOutcome.id))
+        return [tuple(r) for r in rows]
 
 
 @pytest.fixture
