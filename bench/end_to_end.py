@@ -388,7 +388,8 @@ def report(results: list[SizeResult], daemons: list[DaemonResult]) -> None:
         print(f"{tag} ratio daemon/plain throughput: {plain / d.wall_s:.3f} from daemon start, "
               f"{plain / d.span_s:.3f} over the runs' span")
         print(f"{tag} daemon per run (median s): created->started {median(d.launch_s):.2f}  "
-              f"started->ended {median(d.run_s):.2f}  ended->next created {median(d.gap_s) if d.gap_s else 0:.2f}  "
+              f"started->ended {median(d.run_s):.2f}  ended->next created (negative: overlap) "
+              f"{median(d.gap_s) if d.gap_s else 0:.2f}  "
               f"started->ended minus plain, same batch: {median(d.overhead_s) if d.overhead_s else float('nan'):+.2f} "
               f"({len(d.overhead_s)} matched)")
     if len(results) >= 2:
