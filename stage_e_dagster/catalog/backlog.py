@@ -9,8 +9,11 @@ from sqlalchemy.orm import Session
 
 from .models import Card
 
-STAGE_C_PENDING = Card.stage_c_pending.is_(True)
-STAGE_D_PENDING = Card.stage_d_pending.is_(True)
+# Written as "= true" (SQLite: "= 1") on purpose: that is the form each database matches to the
+# partial backlog indexes. "IS TRUE" / "IS 1" is not matched, and the query falls back to walking
+# the primary key past every finished card.
+STAGE_C_PENDING = Card.stage_c_pending == sa.true()
+STAGE_D_PENDING = Card.stage_d_pending == sa.true()
 
 
 def backlog_count(session: Session, predicate: sa.ColumnElement[bool]) -> int:

@@ -21,18 +21,19 @@ def _insert(session: Session):  # type: ignore[no-untyped-def]
     return (postgresql if session.get_bind().dialect.name == "postgresql" else sqlite).insert
 
 
-def unclaimed_card_ids(
-    session: Session,
+def unclaimed_query(
     predicate: sa.ColumnElement[bool],
     *,
     now: datetime,
     limit: int,
     after_id: int = 0,
     exclude: Sequence[int] = (),
-) -> list[int]:
-    """Up to ``limit`` ids matching ``predicate`` above ``after_id``, in id order, that no live claim holds."""
-    if limit <= 0:
-        return []
+) -> sa.Select[tuple[int]]:
+    """Ids matching ``predicate`` above ``after_id``, in id order, that no live claim holds.
+
+    With a backlog predicate it reads that backlog's partial index in id order, so its cost
+    follows ``limit`` (plus the claims in flight), never the size of the catalogue.
+    """
     query = (
         sa.select(Card.id)
         .outerjoin(CardClaim, CardClaim.card_id == Card.id)
@@ -42,6 +43,22 @@ def unclaimed_card_ids(
     )
     if exclude:
         query = query.where(Card.id.not_in(list(exclude)))
+    return query
+
+
+def unclaimed_card_ids(
+    session: Session,
+    predicate: sa.ColumnElement[bool],
+    *,
+    now: datetime,
+    limit: int,
+    after_id: int = 0,
+    exclude: Sequence[int] = (),
+) -> list[int]:
+    """Up to ``limit`` unclaimed ids (see :func:`unclaimed_query`); locked ``SKIP LOCKED`` on PostgreSQL."""
+    if limit <= 0:
+        return []
+    query = unclaimed_query(predicate, now=now, limit=limit, after_id=after_id, exclude=exclude)
     if session.get_bind().dialect.name == "postgresql":
         query = query.with_for_update(of=Card, skip_locked=True)
     return list(session.execute(query).scalars())

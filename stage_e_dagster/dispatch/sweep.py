@@ -20,7 +20,8 @@ from .sizing import BatchPlan
 
 SWEEP_CURSOR = "backstop"
 SWEEP_TRIGGER = "backstop-sweep"
-ANY_BACKLOG = sa.or_(STAGE_C_PENDING, STAGE_D_PENDING)
+# Each backlog is read through its own partial index; an OR of the two would walk the primary key.
+BACKLOGS = (STAGE_C_PENDING, STAGE_D_PENDING)
 
 
 @dataclass
@@ -41,7 +42,15 @@ def _cursor(session: Session) -> SweepCursor:
 
 
 def _backlog_exists(session: Session) -> bool:
-    return session.execute(sa.select(sa.literal(1)).where(sa.exists().where(ANY_BACKLOG))).first() is not None
+    return any(session.execute(sa.select(sa.exists().where(predicate))).scalar_one() for predicate in BACKLOGS)
+
+
+def _next_unclaimed(session: Session, *, now: datetime, limit: int, after_id: int) -> list[int]:
+    """The next ``limit`` unclaimed ids above ``after_id`` waiting for either stage."""
+    ids: set[int] = set()
+    for predicate in BACKLOGS:
+        ids.update(unclaimed_card_ids(session, predicate, now=now, limit=limit, after_id=after_id))
+    return sorted(ids)[:limit]
 
 
 def walk_backlog(session: Session, plan: BatchPlan, *, now: datetime, claim_ttl_s: int) -> SweepWalk:
@@ -49,7 +58,7 @@ def walk_backlog(session: Session, plan: BatchPlan, *, now: datetime, claim_ttl_
     cursor = _cursor(session)
     walk = SweepWalk()
     while len(walk.batches) < plan.max_batches:
-        ids = unclaimed_card_ids(session, ANY_BACKLOG, now=now, limit=plan.batch_size, after_id=cursor.position)
+        ids = _next_unclaimed(session, now=now, limit=plan.batch_size, after_id=cursor.position)
         if ids:
             batch = record_batch(session, ids, trigger_reason=SWEEP_TRIGGER, now=now, claim_ttl_s=claim_ttl_s)
             cursor.position = max(ids)

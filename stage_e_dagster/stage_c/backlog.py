@@ -8,6 +8,7 @@ from typing import Sequence
 import sqlalchemy as sa
 from sqlalchemy.orm import Session
 
+from ..catalog.backlog import STAGE_C_PENDING
 from ..catalog.base import utcnow
 from ..catalog.models import Card, ImageEvidence
 from .manifest import MANIFEST_VERSIONS
@@ -17,7 +18,7 @@ def backlog_page(session: Session, after_id: int, size: int) -> list[Card]:
     """The next ``size`` pending cards after ``after_id``, by id (reads the partial backlog index)."""
     return list(
         session.execute(
-            sa.select(Card).where(Card.stage_c_pending.is_(True), Card.id > after_id).order_by(Card.id).limit(size)
+            sa.select(Card).where(STAGE_C_PENDING, Card.id > after_id).order_by(Card.id).limit(size)
         ).scalars()
     )
 

@@ -14,6 +14,7 @@ from typing import Callable, Sequence
 
 import sqlalchemy as sa
 
+from ..catalog.backlog import STAGE_C_PENDING
 from ..catalog.engine import engine_for
 from ..catalog.models import Card
 from ..settings import Settings
@@ -28,7 +29,7 @@ _worker_fetcher: ImageFetcher | None = None
 
 def backlog_ids(engine: sa.Engine, limit: int | None) -> list[int]:
     """Ids of the Stage C backlog, by id (what a BULK pass over the backlog covers)."""
-    query = sa.select(Card.id).where(Card.stage_c_pending.is_(True)).order_by(Card.id)
+    query = sa.select(Card.id).where(STAGE_C_PENDING).order_by(Card.id)
     if limit is not None:
         query = query.limit(limit)
     with engine.connect() as conn:

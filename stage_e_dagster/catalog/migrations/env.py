@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from alembic import context
 
-from stage_e_dagster.catalog.base import Base
 from stage_e_dagster.catalog import models  # noqa: F401  (registers every table)
+from stage_e_dagster.catalog.base import Base
 
 config = context.config
 connection = config.attributes["connection"]

@@ -28,13 +28,13 @@ class Card(Base):
         sa.Index(
             "ix_cards_stage_c_backlog",
             "id",
-            sqlite_where=sa.text("stage_c_pending"),
+            sqlite_where=sa.text("stage_c_pending = 1"),
             postgresql_where=sa.text("stage_c_pending"),
         ),
         sa.Index(
             "ix_cards_stage_d_backlog",
             "id",
-            sqlite_where=sa.text("stage_d_pending"),
+            sqlite_where=sa.text("stage_d_pending = 1"),
             postgresql_where=sa.text("stage_d_pending"),
         ),
     )
