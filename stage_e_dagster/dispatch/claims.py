@@ -91,7 +91,12 @@ def transfer_claims(session: Session, *, from_key: str, to_key: str, expires_at:
 
 
 def extend_claims(session: Session, batch_key: str, *, expires_at: datetime) -> int:
-    result = session.execute(sa.update(CardClaim).where(CardClaim.batch_key == batch_key).values(expires_at=expires_at))
+    """Lengthen a batch's leases to ``expires_at``; never shortens one."""
+    result = session.execute(
+        sa.update(CardClaim)
+        .where(CardClaim.batch_key == batch_key, CardClaim.expires_at < expires_at)
+        .values(expires_at=expires_at)
+    )
     return result.rowcount or 0
 
 

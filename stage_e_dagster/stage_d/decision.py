@@ -4,8 +4,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from difflib import SequenceMatcher
-from typing import Any
+from typing import Any, Sequence
 
+from . import agents as A
 from .agents import OUTCOME_NO_MATCH, OUTCOME_VOTE
 
 ARTIST_MATCH_RATIO = 0.8
@@ -56,3 +57,14 @@ def border_known(value: str | None) -> str | None:
 
 def image_unreadable(evidence: Any) -> bool:
     return bool(evidence.terminal) or evidence.fetch_ok is False
+
+
+def unusable_evidence(evidence: Any, candidates: Sequence[Any]) -> Decision | None:
+    """The abstention every calculator makes before looking at readings, or ``None`` to go on."""
+    if image_unreadable(evidence):
+        return abstain(A.UNREADABLE_IMAGE)
+    if evidence.is_truncated:
+        return abstain(A.TRUNCATED_IMAGE)
+    if not candidates:
+        return abstain(A.NO_CANDIDATES)
+    return None

@@ -12,7 +12,7 @@ from typing import Any, Sequence
 
 from ..stage_c.hashing import hamming
 from . import agents as A
-from .decision import ARTIST_MATCH_RATIO, Decision, abstain, artist_ratio, border_known, image_unreadable, vote
+from .decision import ARTIST_MATCH_RATIO, Decision, abstain, artist_ratio, border_known, unusable_evidence, vote
 from .facts import PrintingFacts
 
 ART_MAX_DISTANCE = 10      # of 64 bits: re-encoded, rescaled uploads of the same art stay well inside
@@ -22,12 +22,9 @@ CONFIDENCE_ART_ONLY = 0.7
 
 
 def decide_fallback(evidence: Any, candidates: Sequence[PrintingFacts]) -> Decision:
-    if image_unreadable(evidence):
-        return abstain(A.UNREADABLE_IMAGE)
-    if evidence.is_truncated:
-        return abstain(A.TRUNCATED_IMAGE)
-    if not candidates:
-        return abstain(A.NO_CANDIDATES)
+    unusable = unusable_evidence(evidence, candidates)
+    if unusable is not None:
+        return unusable
     readings = ["art"]
     plausible = list(candidates)
 

@@ -17,8 +17,8 @@ from .decision import (
     abstain,
     artist_ratio,
     border_known,
-    image_unreadable,
     no_match,
+    unusable_evidence,
     vote,
 )
 from .facts import PrintingFacts
@@ -38,12 +38,9 @@ def decide_join_key(
     evidence: Any, candidates: Sequence[PrintingFacts], lexicon: frozenset[str], dpi: int | None = None
 ) -> Decision:
     """Decide one card. ``evidence`` is its current ImageEvidence (or anything with the same fields)."""
-    if image_unreadable(evidence):
-        return abstain(A.UNREADABLE_IMAGE)
-    if evidence.is_truncated:
-        return abstain(A.TRUNCATED_IMAGE)
-    if not candidates:
-        return abstain(A.NO_CANDIDATES)
+    unusable = unusable_evidence(evidence, candidates)
+    if unusable is not None:
+        return unusable
     if dpi is not None and dpi < MIN_TRUSTED_DPI:
         return abstain(A.LOW_DPI, dpi=dpi)
     number = normalize_collector_number(evidence.collector_number)

@@ -175,10 +175,20 @@ def assert_no_duplicates(engine: sa.Engine) -> None:
     assert dup_evidence == [] and dup_votes == []
 
 
+def sqlite_stack_for(corpus_template: Path, tmp_path: Path, *, batch_size: int = 2, cap: int = 2) -> Stack:
+    """A stack on a copy of the seeded SQLite catalogue."""
+    shutil.copy(corpus_template / "catalog.sqlite", tmp_path / "catalog.sqlite")
+    return Stack(
+        tmp_path,
+        f"sqlite:///{tmp_path / 'catalog.sqlite'}",
+        corpus_template / "corpus",
+        extra_env={"STAGE_E_MICRO_BATCH_SIZE": str(batch_size), "STAGE_E_MAX_CONCURRENT_DISPATCHES": str(cap)},
+    )
+
+
 @pytest.fixture
 def sqlite_stack(corpus_template: Path, tmp_path: Path) -> Iterator[Stack]:
-    shutil.copy(corpus_template / "catalog.sqlite", tmp_path / "catalog.sqlite")
-    stack = Stack(tmp_path, f"sqlite:///{tmp_path / 'catalog.sqlite'}", corpus_template / "corpus")
+    stack = sqlite_stack_for(corpus_template, tmp_path)
     yield stack
     stack.stop()
     stack.engine.dispose()
@@ -213,13 +223,7 @@ def test_a_sigkilled_run_leaves_a_truthful_failure_and_its_cards_are_redispatche
 ) -> None:
     server = ImageServer(corpus_template / "corpus")
     server.delay_s = 0.6  # slow images so the kill lands mid-batch
-    shutil.copy(corpus_template / "catalog.sqlite", tmp_path / "catalog.sqlite")
-    stack = Stack(
-        tmp_path,
-        f"sqlite:///{tmp_path / 'catalog.sqlite'}",
-        corpus_template / "corpus",
-        extra_env={"STAGE_E_MICRO_BATCH_SIZE": "5", "STAGE_E_MAX_CONCURRENT_DISPATCHES": "1"},
-    )
+    stack = sqlite_stack_for(corpus_template, tmp_path, batch_size=5, cap=1)
     try:
         with stack.engine.begin() as conn:
             for card_id, locator in conn.execute(sa.select(Card.id, Card.image_locator)).all():
@@ -319,13 +323,7 @@ def test_postgres_catalogue_and_dagster_instance(tmp_path: Path, corpus_template
 
 
 def test_a_trip_cancels_queued_runs_holds_every_tick_and_ack_resumes(corpus_template: Path, tmp_path: Path) -> None:
-    shutil.copy(corpus_template / "catalog.sqlite", tmp_path / "catalog.sqlite")
-    stack = Stack(
-        tmp_path,
-        f"sqlite:///{tmp_path / 'catalog.sqlite'}",
-        corpus_template / "corpus",
-        extra_env={"STAGE_E_MICRO_BATCH_SIZE": "1", "STAGE_E_MAX_CONCURRENT_DISPATCHES": "1"},
-    )
+    stack = sqlite_stack_for(corpus_template, tmp_path, batch_size=1, cap=1)
     try:
         cards = stack.counts()["cards"]
         assert stack.stage_e("sweep").returncode == 0  # one backfill: a queue of one-card runs

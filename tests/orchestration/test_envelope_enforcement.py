@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from datetime import timedelta
+
 import pytest
 import sqlalchemy as sa
 from dagster import SensorResult
@@ -135,3 +137,27 @@ def test_a_failed_run_gets_a_ledger_entry_and_a_retry_under_a_new_key(pipeline: 
     r2 = next(r for r in retry.run_requests if r.partition_key == request.partition_key + "-r2")
     assert r2.tags["stage_e/attempt"] == "2" and r2.run_key == request.partition_key + "-r2"
     assert pipeline.run(r2.partition_key, tags=dict(r2.tags)).success
+
+
+def test_a_recorded_batch_whose_run_never_came_is_requested_again_under_its_own_key(pipeline: Pipeline) -> None:
+    first = pipeline.tick("card_created_sensor").run_requests
+    # The tick recorded the batches, but their runs were never submitted (the daemon died after the
+    # tick, say): the next tick asks for the same batches under the same run keys.
+    again = pipeline.tick("card_created_sensor").run_requests
+    assert [r.run_key for r in again] == [r.run_key for r in first]
+    assert all(r.tags["stage_e/attempt"] == "1" for r in again)
+
+
+def test_a_batch_lost_past_its_lease_fails_and_retries(pipeline: Pipeline) -> None:
+    request = pipeline.tick("card_created_sensor").run_requests[0]
+    with session_scope(pipeline.engine) as session:
+        batch = session.get(MicroBatch, request.partition_key)
+        batch.created_at = batch.created_at - timedelta(hours=2)  # past claim TTL + run budget
+        cards = list(batch.card_ids)
+    retry = pipeline.tick("card_created_sensor")
+    with session_scope(pipeline.engine) as session:
+        lost = session.get(MicroBatch, request.partition_key)
+        assert lost.status == "failed" and lost.failure_reason.startswith("lease expired")
+        r2 = session.get(MicroBatch, request.partition_key + "-r2")
+        assert r2 is not None and r2.card_ids == cards and r2.attempt == 2
+    assert request.partition_key + "-r2" in [r.partition_key for r in retry.run_requests]

@@ -8,16 +8,19 @@ from typing import Sequence
 
 import sqlalchemy as sa
 from dagster import RunRequest, RunsFilter, SensorEvaluationContext, SensorResult, SkipReason
+from dagster._core.execution.backfill import BulkActionsFilter, BulkActionStatus
+from sqlalchemy.orm import Session
 
 from ...catalog.base import utcnow
 from ...catalog.engine import session_scope
 from ...catalog.models import MicroBatch
 from ...dispatch.batches import IN_FLIGHT, create_batches, fail_and_retry
+from ...dispatch.claims import extend_claims
 from ...dispatch.guard import check_gate
 from ...dispatch.sizing import plan_for_tick
 from ...dispatch.sweep import SWEEP_TRIGGER
 from ...settings import Settings
-from ..hold import hold_dispatch, in_flight_dispatch_runs, release_hold
+from ..hold import ACTIVE_STATUSES, hold_dispatch, in_flight_dispatch_runs, release_hold
 from ..partitions import micro_batches
 from ..resources import StageEResource
 from ..tags import PARTITION_TAG, dispatch_tags
@@ -32,25 +35,33 @@ def run_request(settings: Settings, batch: MicroBatch) -> RunRequest:
     )
 
 
-def _unlaunched(context: SensorEvaluationContext, batches: Sequence[MicroBatch]) -> list[MicroBatch]:
-    """Pending batches with no run yet: retries, or batches whose tick failed after recording them."""
-    return [
-        b
-        for b in batches
-        # A sweep's first attempt belongs to its backfill; its retries are the sensors' to launch.
-        if b.status == "pending"
-        and not (b.trigger_reason == SWEEP_TRIGGER and b.attempt == 1)
-        and context.instance.get_runs_count(RunsFilter(tags={PARTITION_TAG: b.batch_key})) == 0
-    ]
+def _reconcile(
+    context: SensorEvaluationContext, session: Session, settings: Settings, batches: Sequence[MicroBatch]
+) -> list[MicroBatch]:
+    """Renew, expire or relaunch the batches in flight; returns the pending ones that need a run request.
 
-
-def _expire_leases(session, settings: Settings, batches: Sequence[MicroBatch]) -> None:  # type: ignore[no-untyped-def]
-    """Batches nobody finished within claim TTL plus the run budget fail and retry; a killed run's cards come back."""
+    A batch whose run is queued or going keeps its claims (renewed each tick), as does a sweep's
+    first attempt while its backfill is still submitting runs. A batch with no run past its
+    claim TTL plus the run budget was lost (its worker and code server died, or its tick failed
+    for good): it fails and retries, so a killed run's cards always come back.
+    """
+    if not batches:
+        return []
+    instance = context.instance
+    keys = [b.batch_key for b in batches]
+    runs = instance.get_runs(RunsFilter(tags={PARTITION_TAG: keys}))
+    launched = {r.tags.get(PARTITION_TAG) for r in runs}
+    active = {r.tags.get(PARTITION_TAG) for r in runs if r.status in ACTIVE_STATUSES}
+    backfilling = bool(instance.get_backfills(filters=BulkActionsFilter(statuses=[BulkActionStatus.REQUESTED])))
     now = utcnow()
     deadline = timedelta(seconds=settings.claim_ttl_s + settings.run_max_runtime_s)
+    requeue = []
     for batch in batches:
-        if batch.created_at + deadline < now:
-            fail_and_retry(
+        owned_by_backfill = batch.trigger_reason == SWEEP_TRIGGER and batch.attempt == 1
+        if batch.batch_key in active or (owned_by_backfill and backfilling):
+            extend_claims(session, batch.batch_key, expires_at=now + timedelta(seconds=settings.claim_ttl_s))
+        elif batch.created_at + deadline < now:
+            retry = fail_and_retry(
                 session,
                 batch,
                 reason="lease expired: no run finished the batch",
@@ -58,6 +69,11 @@ def _expire_leases(session, settings: Settings, batches: Sequence[MicroBatch]) -
                 max_attempts=settings.max_batch_attempts,
                 claim_ttl_s=settings.claim_ttl_s,
             )
+            if retry is not None:
+                requeue.append(retry)
+        elif batch.status == "pending" and batch.batch_key not in launched and not owned_by_backfill:
+            requeue.append(batch)  # a retry, or a batch whose tick failed after recording it
+    return requeue
 
 
 def dispatch_tick(
@@ -86,8 +102,7 @@ def dispatch_tick(
     now = utcnow()
     with session_scope(engine) as session:
         open_batches = list(session.execute(sa.select(MicroBatch).where(MicroBatch.status.in_(IN_FLIGHT))).scalars())
-        _expire_leases(session, settings, open_batches)
-        requeue = _unlaunched(context, open_batches)[: plan.max_batches]
+        requeue = _reconcile(context, session, settings, open_batches)[: plan.max_batches]
         fresh = create_batches(
             session,
             predicate,
