@@ -160,10 +160,10 @@ def test_a_403_trips_at_once_holds_every_tick_and_resumes_only_after_ack(
         for name in ("card_created_sensor", "evidence_changed_sensor"):
             assert trip_id in skip_text(pipeline.tick(name))
     # A run that starts anyway (queued before the trip) refuses and does no work.
-    second_request = result.run_requests[1] if len(result.run_requests) > 1 else None
-    if second_request is not None:
-        refused = pipeline.run(second_request.partition_key, tags=dict(second_request.tags))
-        assert not refused.success and trip_id in str(refused.all_events)
+    assert len(result.run_requests) == 2
+    second_request = result.run_requests[1]
+    refused = pipeline.run(second_request.partition_key, tags=dict(second_request.tags))
+    assert not refused.success and trip_id in str(refused.all_events)
     assert image_server.requests == fetched
     assert counts(pipeline)["trips"] == 1  # no self-resume, no second trip
 
