@@ -9,7 +9,7 @@ from typing import Iterator
 
 import sqlalchemy as sa
 from sqlalchemy.engine import make_url
-from sqlalchemy.orm import Session, sessionmaker
+from sqlalchemy.orm import Session
 
 
 class DatabaseUrlError(ValueError):
@@ -26,10 +26,6 @@ def _check_url(url: str) -> sa.URL:
             f"unsupported database URL scheme {parsed.drivername!r}: use sqlite:///PATH or postgresql+psycopg2://..."
         )
     return parsed
-
-
-def is_sqlite(engine: sa.Engine) -> bool:
-    return engine.dialect.name == "sqlite"
 
 
 def _configure_sqlite(engine: sa.Engine) -> None:
@@ -66,10 +62,6 @@ def make_engine(url: str) -> sa.Engine:
 def engine_for(url: str) -> sa.Engine:
     """One shared engine per URL and process."""
     return make_engine(url)
-
-
-def session_factory(engine: sa.Engine) -> sessionmaker[Session]:
-    return sessionmaker(engine, expire_on_commit=False)
 
 
 @contextmanager

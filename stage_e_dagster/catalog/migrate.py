@@ -47,7 +47,3 @@ def schema_drift(engine: sa.Engine) -> list[object]:
     with engine.connect() as conn:
         ctx = MigrationContext.configure(conn, opts={"compare_type": True})
         return list(compare_metadata(ctx, Base.metadata))
-
-
-def is_up_to_date(engine: sa.Engine) -> bool:
-    return current_revision(engine) == head_revision()

@@ -109,14 +109,6 @@ def get_batch(session: Session, batch_key: str) -> MicroBatch:
     return batch
 
 
-def in_flight_batches(session: Session) -> list[MicroBatch]:
-    return list(
-        session.execute(
-            sa.select(MicroBatch).where(MicroBatch.status.in_(IN_FLIGHT)).order_by(MicroBatch.created_at)
-        ).scalars()
-    )
-
-
 def mark_running(session: Session, batch: MicroBatch, *, run_id: str, claims_until: datetime) -> None:
     batch.status = "running"
     batch.run_id = run_id

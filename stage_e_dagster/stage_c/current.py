@@ -15,15 +15,6 @@ from ..catalog.models import Card, ImageEvidence
 from .manifest import stale_extractors
 
 
-def is_current(evidence: ImageEvidence | None, card: Card) -> bool:
-    return (
-        evidence is not None
-        and card.content_hash is not None
-        and evidence.content_hash == card.content_hash
-        and not stale_extractors(evidence.extractor_versions)
-    )
-
-
 def present_evidence(session: Session, card_ids: Iterable[int]) -> dict[int, ImageEvidence]:
     """Each card's evidence row for its present image, current or stale; cards without one are absent."""
     ids = list(card_ids)
