@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dagster import Definitions, EnvVar
+from dagster import Definitions
 
 from .defs.assets import stage_c_evidence, stage_d_verdicts
 from .defs.jobs import stage_e_dispatch
@@ -11,10 +11,17 @@ from .defs.sensors.backstop_sweep import backstop_sweep_sensor
 from .defs.sensors.card_created import card_created_sensor
 from .defs.sensors.envelope_trip import envelope_trip_sensor
 from .defs.sensors.evidence_changed import evidence_changed_sensor
+from .defs.sensors.retention import retention_sensor
 
 defs = Definitions(
     assets=[stage_c_evidence, stage_d_verdicts],
     jobs=[stage_e_dispatch],
-    sensors=[card_created_sensor, evidence_changed_sensor, envelope_trip_sensor, backstop_sweep_sensor],
-    resources={"stage_e": StageEResource(database_url=EnvVar("STAGE_E_DATABASE_URL"))},
+    sensors=[
+        card_created_sensor,
+        evidence_changed_sensor,
+        envelope_trip_sensor,
+        backstop_sweep_sensor,
+        retention_sensor,
+    ],
+    resources={"stage_e": StageEResource()},
 )

@@ -40,6 +40,7 @@ class Settings:
     claim_ttl_s: int = 900
     max_batch_attempts: int = 3
     run_max_runtime_s: int = 1800
+    retention_days: int = 7
 
     @property
     def dagster_home(self) -> Path:
@@ -126,4 +127,5 @@ def load_settings(environ: Mapping[str, str] | None = None) -> Settings:
         claim_ttl_s=number("STAGE_E_CLAIM_TTL_S", int, defaults.claim_ttl_s, 1),
         max_batch_attempts=number("STAGE_E_MAX_BATCH_ATTEMPTS", int, defaults.max_batch_attempts, 1),
         run_max_runtime_s=number("STAGE_E_RUN_MAX_RUNTIME_S", int, defaults.run_max_runtime_s, 1),
+        retention_days=number("STAGE_E_RETENTION_DAYS", int, defaults.retention_days, 1),
     )

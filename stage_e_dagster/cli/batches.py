@@ -46,11 +46,16 @@ def list_command(
 @app.command()
 def prune(
     older_than_days: Annotated[
-        float, typer.Option("--older-than-days", min=0, help="Age of finished batches to delete.")
-    ] = 7,
+        float | None,
+        typer.Option("--older-than-days", min=0, help="Age of batches to delete; default STAGE_E_RETENTION_DAYS."),
+    ] = None,
 ) -> None:
-    """Delete finished batches' partitions and rows older than the cutoff (their events stay in the ledger)."""
+    """Delete finished batches' partitions and rows older than the cutoff (their events stay in the ledger).
+
+    The retention sensor does the same by itself while streaming is on; this is for when it is off.
+    """
     cfg = settings()
     engine = catalog_engine(cfg)
-    count = prune_batches(open_instance(cfg), engine, finished_before=utcnow() - timedelta(days=older_than_days))
-    typer.echo(f"pruned {count} finished micro-batches older than {older_than_days:g} days")
+    days = cfg.retention_days if older_than_days is None else older_than_days
+    count = prune_batches(open_instance(cfg), engine, finished_before=utcnow() - timedelta(days=days))
+    typer.echo(f"pruned {count} finished micro-batches older than {days:g} days")

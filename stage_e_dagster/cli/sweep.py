@@ -19,7 +19,7 @@ def sweep(
 ) -> None:
     """Walk the backlog from the sweep cursor and launch its micro-batches as one backfill (needs the daemon)."""
     cfg = settings()
-    catalog_engine(cfg)
+    engine = catalog_engine(cfg)
     instance = open_instance(cfg)
     try:
         launch = launch_sweep(instance, defs.resolve_asset_graph(), cfg, max_batches=max_batches)
@@ -31,7 +31,7 @@ def sweep(
         else:
             typer.echo("nothing unclaimed to sweep right now (the rest is in flight); run again later")
         return
-    release_hold(instance, cfg)
+    release_hold(instance, engine)  # only a hold this project applied; never an operator's limit
     typer.echo(
         f"launched backfill {launch.backfill_id}: {len(launch.batch_keys)} micro-batches, {launch.card_count} cards "
         f"(laps completed this call: {launch.laps_completed}); the Dagster daemon runs it, see the Backfills page"

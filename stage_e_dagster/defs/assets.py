@@ -19,7 +19,7 @@ from ..envelope.signals import peak_rss_mb
 from ..envelope.trips import trip_opened_by_run
 from .partitions import micro_batches
 from .resources import StageEResource
-from .tags import DISPATCH_POOL
+from .tags import DISPATCH_POOL, REFUSED_REASON_TAG, REFUSED_TAG
 
 
 def _run_started_at(context: AssetExecutionContext) -> float:
@@ -41,6 +41,9 @@ def stage_c_evidence(context: AssetExecutionContext, stage_e: StageEResource) ->
     try:
         batch = start_batch(engine, settings, context.partition_key, run_id=context.run.run_id)
     except DispatchRefused as refused:
+        context.instance.add_run_tags(
+            context.run.run_id, {REFUSED_TAG: refused.kind, REFUSED_REASON_TAG: refused.reason[:500]}
+        )
         raise Failure(
             description=f"dispatch refused, no work done: {refused.reason}",
             metadata={"failure_reason": f"refused: {refused.reason}", "trip_id": refused.trip_id or ""},

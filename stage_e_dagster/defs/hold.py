@@ -1,20 +1,23 @@
-"""Holding dispatch while a trip is open, and releasing it after the acknowledgement.
+"""The dispatch pool: holding it while a trip is open, giving it back after the acknowledgement, and
+applying ``STAGE_E_MAX_CONCURRENT_DISPATCHES`` without undoing an operator's own limit.
 
 Dagster has no instance-wide pause, so a hold is three things: sensors skip, the dispatch pool's
 limit drops to 0 (queued runs stay queued), and queued dispatch runs are cancelled with their
 batches abandoned, which puts their cards back in the backlog for after the acknowledgement.
+What this project did to the pool is recorded in the catalogue (``pool_controls``), and only that
+is ever undone: a limit set with ``dagster instance concurrency set`` stays.
 """
 
 from __future__ import annotations
 
 import sqlalchemy as sa
-from dagster import DagsterInstance, DagsterRunStatus, RunsFilter
+from dagster import DagsterInstance, DagsterRun, DagsterRunStatus, RunsFilter
+from sqlalchemy.dialects import postgresql, sqlite
 
 from ..catalog.base import utcnow
 from ..catalog.engine import session_scope
-from ..catalog.models import MicroBatch
-from ..dispatch.batches import IN_FLIGHT, abandon
-from ..settings import Settings
+from ..catalog.models import PoolControl
+from ..dispatch.batches import abandon
 from .tags import DISPATCH_POOL, DISPATCH_TAG, PARTITION_TAG
 
 ACTIVE_STATUSES = [
@@ -26,37 +29,72 @@ ACTIVE_STATUSES = [
 
 
 def pool_limit(instance: DagsterInstance) -> int | None:
-    info = instance.event_log_storage.get_concurrency_info(DISPATCH_POOL)
-    return info.slot_count
+    return instance.event_log_storage.get_concurrency_info(DISPATCH_POOL).slot_count
 
 
-def set_pool_limit(instance: DagsterInstance, limit: int) -> None:
-    if pool_limit(instance) != limit:
+def _set_pool_limit(instance: DagsterInstance, limit: int | None) -> None:
+    if limit is None:
+        instance.event_log_storage.delete_concurrency_limit(DISPATCH_POOL)
+    elif pool_limit(instance) != limit:
         instance.event_log_storage.set_concurrency_slots(DISPATCH_POOL, limit)
 
 
-def in_flight_dispatch_runs(instance: DagsterInstance) -> int:
-    return instance.get_runs_count(RunsFilter(tags={DISPATCH_TAG: "micro-batch"}, statuses=ACTIVE_STATUSES))
+def is_dispatch_run(run: DagsterRun) -> bool:
+    return run.tags.get(DISPATCH_TAG) == "micro-batch"
 
 
-def hold_dispatch(instance: DagsterInstance, engine: sa.Engine, *, reason: str) -> int:
-    """Pool to 0 and cancel every queued dispatch run; returns how many runs were cancelled."""
-    set_pool_limit(instance, 0)
-    queued = instance.get_runs(RunsFilter(tags={DISPATCH_TAG: "micro-batch"}, statuses=[DagsterRunStatus.QUEUED]))
-    keys = []
+def active_dispatch_runs(instance: DagsterInstance, statuses: list[DagsterRunStatus] | None = None) -> list[DagsterRun]:
+    """Dispatch runs queued or going. Filtered by status (an indexed column, and few runs are active),
+    then by tag in Python: a tag every dispatch run carries would make the query read all history."""
+    runs = instance.get_runs(RunsFilter(statuses=statuses or ACTIVE_STATUSES))
+    return [run for run in runs if is_dispatch_run(run)]
+
+
+def _control(session: sa.orm.Session) -> PoolControl:
+    insert = (postgresql if session.get_bind().dialect.name == "postgresql" else sqlite).insert
+    session.execute(insert(PoolControl).values(pool=DISPATCH_POOL).on_conflict_do_nothing(index_elements=["pool"]))
+    return session.get(PoolControl, DISPATCH_POOL, with_for_update=True, populate_existing=True)
+
+
+def hold_dispatch(instance: DagsterInstance, engine: sa.Engine, *, trip_id: str, reason: str) -> int:
+    """Pool to 0 (remembering the limit it had) and cancel every queued dispatch run; returns how many
+    runs were cancelled. Taking the hold is a compare-and-set on the catalogue row."""
+    with session_scope(engine) as session:
+        control = _control(session)
+        if control.held_at is None:
+            control.held_at, control.held_from, control.trip_id = utcnow(), pool_limit(instance), trip_id
+    _set_pool_limit(instance, 0)
+    queued = active_dispatch_runs(instance, [DagsterRunStatus.QUEUED])
     for run in queued:
         instance.run_coordinator.cancel_run(run.run_id)
-        if run.tags.get(PARTITION_TAG):
-            keys.append(run.tags[PARTITION_TAG])
-    if keys:
-        with session_scope(engine) as session:
-            for batch in session.execute(
-                sa.select(MicroBatch).where(MicroBatch.batch_key.in_(keys), MicroBatch.status.in_(IN_FLIGHT))
-            ).scalars():
-                abandon(session, batch, reason=f"queued run cancelled: {reason}", now=utcnow())
+        key = run.tags.get(PARTITION_TAG)
+        if key:
+            with session_scope(engine) as session:
+                abandon(session, key, reason=f"queued run cancelled: {reason}", now=utcnow())
     return len(queued)
 
 
-def release_hold(instance: DagsterInstance, settings: Settings) -> None:
-    """Restore the pool to the configured cap (a no-op when it already is)."""
-    set_pool_limit(instance, settings.max_concurrent_dispatches)
+def release_hold(instance: DagsterInstance, engine: sa.Engine) -> bool:
+    """Give the pool back the limit it had before this project's hold; a no-op without one."""
+    with session_scope(engine) as session:
+        control = session.get(PoolControl, DISPATCH_POOL, with_for_update=True)
+        if control is None or control.held_at is None:
+            return False
+        restore = control.held_from
+        control.held_at, control.held_from, control.trip_id = None, None, None
+    _set_pool_limit(instance, restore)
+    return True
+
+
+def apply_pool_setting(instance: DagsterInstance, engine: sa.Engine, cap: int) -> int | None:
+    """Set the pool to ``cap`` unless an operator changed it since this project last did; returns the limit."""
+    with session_scope(engine) as session:
+        control = _control(session)
+        if control.held_at is not None:
+            return 0
+        current = pool_limit(instance)
+        if control.applied_limit is None or (current == control.applied_limit and cap != current):
+            _set_pool_limit(instance, cap)
+            control.applied_limit = cap
+            return cap
+        return current

@@ -4,12 +4,14 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any
+from typing import Any, Callable, Iterator
 
-from dagster import AssetKey, AssetRecordsFilter, DagsterInstance
+from dagster import AssetKey, AssetRecordsFilter, DagsterInstance, EventLogRecord, EventRecordsResult
 
 STAGE_C = AssetKey("stage_c_evidence")
 STAGE_D = AssetKey("stage_d_verdicts")
+# Records per event-log query (Dagster refuses more than 10,000 in one fetch).
+PAGE_SIZE = 1000
 
 
 @dataclass
@@ -25,13 +27,32 @@ def _metadata(event: Any) -> dict[str, Any]:
     return {k: v.value for k, v in event.metadata.items()}
 
 
-def ledger_entries(instance: DagsterInstance, *, since: datetime | None = None, limit: int = 1000) -> list[LedgerEntry]:
-    """One entry per run of a micro-batch, oldest first: both stages' rows merged, or the failure entry."""
+def _records(
+    fetch: Callable[..., EventRecordsResult], records_filter: AssetRecordsFilter, page_size: int
+) -> Iterator[EventLogRecord]:
+    """Every record the filter matches, oldest first, a page at a time."""
+    cursor = None
+    while True:
+        page = fetch(records_filter, limit=page_size, cursor=cursor, ascending=True)
+        yield from page.records
+        if not page.has_more:
+            return
+        cursor = page.cursor
+
+
+def ledger_entries(
+    instance: DagsterInstance, *, since: datetime | None = None, page_size: int = PAGE_SIZE
+) -> list[LedgerEntry]:
+    """One entry per run of a micro-batch, oldest first: both stages' rows merged, or the failure entry.
+
+    Reads every record since ``since`` (the whole event log without it), so each run's entry is
+    built from all its records, never from whichever few fell inside a fixed count.
+    """
     after = since.timestamp() if since else None
     entries: dict[str, LedgerEntry] = {}
     for key in (STAGE_C, STAGE_D):
-        result = instance.fetch_materializations(AssetRecordsFilter(asset_key=key, after_timestamp=after), limit=limit)
-        for record in result.records:
+        window = AssetRecordsFilter(asset_key=key, after_timestamp=after)
+        for record in _records(instance.fetch_materializations, window, page_size):
             mat = record.asset_materialization
             if mat is None:
                 continue
@@ -42,8 +63,8 @@ def ledger_entries(instance: DagsterInstance, *, since: datetime | None = None, 
             entry.at = max(entry.at, record.timestamp)
             if key == STAGE_D:
                 entry.status = "completed"
-    failures = instance.fetch_observations(AssetRecordsFilter(asset_key=STAGE_C, after_timestamp=after), limit=limit)
-    for record in failures.records:
+    failures = AssetRecordsFilter(asset_key=STAGE_C, after_timestamp=after)
+    for record in _records(instance.fetch_observations, failures, page_size):
         obs = record.asset_observation
         if obs is None or "failure_reason" not in obs.metadata:
             continue

@@ -1,5 +1,9 @@
-"""Resources: the catalogue URL comes through ``EnvVar`` (resolved at launch, hidden in the UI); the
-remaining ``STAGE_E_*`` settings are read when a run or tick needs them."""
+"""Resources: the settings and the catalogue every asset and sensor of this location shares.
+
+The catalogue URL is read from ``STAGE_E_DATABASE_URL`` when a run or tick needs it, with the same
+default as the CLI (the SQLite file in the state folder), so an unset variable is the embedded
+set-up, not a tick error. It never enters Dagster's config, so the UI and run records never show it.
+"""
 
 from __future__ import annotations
 
@@ -14,15 +18,16 @@ from ..stage_c.fetch import ImageFetcher
 
 
 class StageEResource(ConfigurableResource):
-    """The catalogue and settings every asset and sensor of this location shares."""
+    """The catalogue and settings of this location. ``database_url`` overrides the environment (tests)."""
 
-    database_url: str
+    database_url: str | None = None
 
     def settings(self) -> Settings:
-        return replace(load_settings(), database_url=self.database_url)
+        settings = load_settings()
+        return settings if self.database_url is None else replace(settings, database_url=self.database_url)
 
     def engine(self) -> sa.Engine:
-        return engine_for(self.database_url)
+        return engine_for(self.settings().database_url)
 
     def image_fetcher(self, settings: Settings) -> ImageFetcher:
-        return ImageFetcher.from_settings(settings, self.engine())
+        return ImageFetcher.from_settings(settings, engine_for(settings.database_url))

@@ -1,15 +1,19 @@
-"""Retention: delete finished micro-batch partitions (and their catalogue rows) past an age.
+"""Retention: finished micro-batches past an age lose their dynamic partition, then their catalogue row.
 
 Dagster slows past tens of thousands of dynamic partitions and has no bulk delete; events of a
-deleted partition stay in the event log, so the ledger keeps its history.
+deleted partition stay in the event log, so the ledger keeps its history. The row is what finds
+an old partition again, so it goes only once its partition is gone: a prune that stops halfway
+leaves rows to finish next time, never a partition nothing points to.
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from datetime import datetime
 
 import sqlalchemy as sa
 from dagster import DagsterInstance
+from sqlalchemy.orm import Session
 
 from ..catalog.engine import session_scope
 from ..catalog.models import MicroBatch
@@ -17,21 +21,57 @@ from .partitions import micro_batches
 
 FINISHED = ("succeeded", "failed", "abandoned")
 
+# Batches the CLI handles per pass: its memory stays bounded however old the history is.
+PRUNE_CHUNK = 500
+
+
+@dataclass(frozen=True)
+class ExpiredBatches:
+    """Finished batches past the cutoff, split by whether Dagster still has their partition."""
+
+    partitioned: list[str]
+    unpartitioned: list[str]
+
+
+def expired_batches(
+    session: Session, instance: DagsterInstance, *, finished_before: datetime, limit: int
+) -> ExpiredBatches:
+    """At most ``limit`` finished batches that ended before the cutoff (read off the status and
+    finished-at index, no ordering, so the query stops after ``limit`` rows)."""
+    keys = session.execute(
+        sa.select(MicroBatch.batch_key)
+        .where(MicroBatch.status.in_(FINISHED), MicroBatch.finished_at < finished_before)
+        .limit(limit)
+    ).scalars()
+    partitioned: list[str] = []
+    unpartitioned: list[str] = []
+    for key in keys:
+        (partitioned if instance.has_dynamic_partition(micro_batches.name, key) else unpartitioned).append(key)
+    return ExpiredBatches(partitioned=partitioned, unpartitioned=unpartitioned)
+
+
+def forget_batches(session: Session, keys: list[str]) -> int:
+    """Delete the catalogue rows of batches whose partitions are already gone; returns rows deleted."""
+    if not keys:
+        return 0
+    result = session.execute(
+        sa.delete(MicroBatch)
+        .where(MicroBatch.batch_key.in_(keys), MicroBatch.status.in_(FINISHED))
+        .execution_options(synchronize_session=False)
+    )
+    return result.rowcount or 0
+
 
 def prune_batches(instance: DagsterInstance, engine: sa.Engine, *, finished_before: datetime) -> int:
-    """Delete partitions and rows of batches that finished before the cutoff; returns how many."""
-    with session_scope(engine) as session:
-        keys = list(
-            session.execute(
-                sa.select(MicroBatch.batch_key).where(
-                    MicroBatch.status.in_(FINISHED), MicroBatch.finished_at < finished_before
-                )
-            ).scalars()
-        )
-    existing = set(instance.get_dynamic_partitions(micro_batches.name))
-    for key in keys:
-        if key in existing:
+    """Delete partitions, then rows, of batches that finished before the cutoff, a chunk at a time;
+    returns how many batches went. For the CLI, which has no daemon to apply a delete request."""
+    total = 0
+    while True:
+        with session_scope(engine) as session:
+            expired = expired_batches(session, instance, finished_before=finished_before, limit=PRUNE_CHUNK)
+        for key in expired.partitioned:
             instance.delete_dynamic_partition(micro_batches.name, key)
-    with session_scope(engine) as session:
-        session.execute(sa.delete(MicroBatch).where(MicroBatch.batch_key.in_(keys)))
-    return len(keys)
+        with session_scope(engine) as session:
+            total += forget_batches(session, expired.partitioned + expired.unpartitioned)
+        if len(expired.partitioned) + len(expired.unpartitioned) < PRUNE_CHUNK:
+            return total

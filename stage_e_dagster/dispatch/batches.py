@@ -26,12 +26,6 @@ PARKED_KEY = "parked"
 PARK_FOR = timedelta(hours=24)
 IN_FLIGHT = ("pending", "running")
 
-# Evidence written by anyone but the dispatcher sends its card back through Stage D.
-EXTERNAL_EVIDENCE_CHANGED = sa.and_(
-    STAGE_D_PENDING,
-    sa.or_(Card.evidence_writer.is_(None), sa.not_(Card.evidence_writer.like(DISPATCH_WRITER_PREFIX + "%"))),
-)
-
 
 def dispatch_writer(run_id: str) -> str:
     return f"{DISPATCH_WRITER_PREFIX}{run_id}"
@@ -53,8 +47,12 @@ def record_batch(
     attempt: int = 1,
     retry_of: str | None = None,
     key: str | None = None,
+    requested: bool = True,
 ) -> MicroBatch | None:
-    """Claim the cards and record the batch; ``None`` when another selector claimed them all first."""
+    """Claim the cards and record the batch; ``None`` when another selector claimed them all first.
+
+    ``requested``: the caller requests its run now (a sensor tick, a sweep); a retry is recorded
+    unrequested and the reconciling tick requests it."""
     key = key or new_batch_key(now, card_ids)
     claimed = claim_cards(session, card_ids, batch_key=key, expires_at=now + timedelta(seconds=claim_ttl_s), now=now)
     if not claimed:
@@ -67,6 +65,9 @@ def record_batch(
         retry_of=retry_of,
         status="pending",
         created_at=now,
+        lease_expires_at=now + timedelta(seconds=claim_ttl_s),
+        requested_at=now if requested else None,
+        request_count=1 if requested else 0,
     )
     session.add(batch)
     session.flush()
@@ -109,17 +110,92 @@ def get_batch(session: Session, batch_key: str) -> MicroBatch:
     return batch
 
 
-def mark_running(session: Session, batch: MicroBatch, *, run_id: str, claims_until: datetime) -> None:
-    batch.status = "running"
-    batch.run_id = run_id
-    extend_claims(session, batch.batch_key, expires_at=claims_until)
+def _set_status(
+    session: Session, batch_key: str, *, to: str, when: Sequence[str], held_by: str | None = None, **values: object
+) -> bool:
+    """Compare-and-set on the batch row: move it to ``to`` only from a status in ``when`` (and, given
+    ``held_by``, only while that run holds it). Two evaluators racing: exactly one gets ``True``."""
+    query = sa.update(MicroBatch).where(MicroBatch.batch_key == batch_key, MicroBatch.status.in_(list(when)))
+    if held_by is not None:
+        query = query.where(MicroBatch.run_id == held_by)
+    result = session.execute(query.values(status=to, **values).execution_options(synchronize_session=False))
+    return bool(result.rowcount)
 
 
-def mark_succeeded(session: Session, batch: MicroBatch, *, now: datetime, peak_rss_mb: float | None) -> None:
-    batch.status = "succeeded"
-    batch.finished_at = now
-    batch.peak_rss_mb = peak_rss_mb
-    release_claims(session, batch.batch_key)
+def take_batch(session: Session, batch_key: str, *, run_id: str, now: datetime, lease_until: datetime) -> bool:
+    """pending -> running for exactly one run: a second run of the same batch gets ``False`` and must not fetch."""
+    taken = _set_status(
+        session,
+        batch_key,
+        to="running",
+        when=("pending",),
+        run_id=run_id,
+        started_at=now,
+        lease_expires_at=lease_until,
+    )
+    if taken:
+        extend_claims(session, batch_key, expires_at=lease_until)
+    return taken
+
+
+def mark_succeeded(
+    session: Session, batch: MicroBatch, *, now: datetime, peak_rss_mb: float | None, run_id: str | None = None
+) -> bool:
+    """running -> succeeded for the run that holds the batch; releases its claims."""
+    done = _set_status(
+        session,
+        batch.batch_key,
+        to="succeeded",
+        when=("running",),
+        held_by=run_id or batch.run_id,
+        finished_at=now,
+        peak_rss_mb=peak_rss_mb,
+    )
+    if done:
+        release_claims(session, batch.batch_key)
+    return done
+
+
+def renew_lease(session: Session, batch_key: str, *, until: datetime) -> None:
+    """The batch is waiting or running under a live run: push its lease and its claims to ``until``."""
+    session.execute(
+        sa.update(MicroBatch)
+        .where(MicroBatch.batch_key == batch_key, MicroBatch.status.in_(IN_FLIGHT))
+        .values(lease_expires_at=until)
+        .execution_options(synchronize_session=False)
+    )
+    extend_claims(session, batch_key, expires_at=until)
+
+
+def request_again(session: Session, batch: MicroBatch, *, now: datetime, claim_ttl_s: int) -> MicroBatch | None:
+    """Prepare a pending batch for a new run request: re-take its claims and shrink it to what it holds.
+
+    The claims re-taken are its own or expired ones, so a card another batch took meanwhile leaves
+    this one; a batch left with no card is abandoned (``None``). The request itself is a
+    compare-and-set on ``request_count``, so of two evaluators only one requests the batch.
+    """
+    until = now + timedelta(seconds=claim_ttl_s)
+    won = session.execute(
+        sa.update(MicroBatch)
+        .where(
+            MicroBatch.batch_key == batch.batch_key,
+            MicroBatch.status == "pending",
+            MicroBatch.request_count == batch.request_count,
+        )
+        .values(requested_at=now, lease_expires_at=until, request_count=batch.request_count + 1)
+        .execution_options(synchronize_session=False)
+    ).rowcount
+    if not won:
+        return None
+    held = claim_cards(session, batch.card_ids, batch_key=batch.batch_key, expires_at=until, now=now)
+    if not held:
+        abandon(session, batch.batch_key, reason="every card was taken by another batch", now=now)
+        return None
+    session.refresh(batch)
+    if held != sorted(batch.card_ids):
+        batch.card_ids = held
+        session.flush()
+    return batch
 
 
 def still_pending(session: Session, card_ids: Sequence[int]) -> list[int]:
@@ -134,6 +210,14 @@ def still_pending(session: Session, card_ids: Sequence[int]) -> list[int]:
     )
 
 
+@dataclass(frozen=True)
+class Failed:
+    """What :func:`fail_and_retry` did: ``recorded`` is False when another evaluator settled the batch first."""
+
+    recorded: bool
+    retry: MicroBatch | None = None
+
+
 def fail_and_retry(
     session: Session,
     batch: MicroBatch,
@@ -142,19 +226,30 @@ def fail_and_retry(
     now: datetime,
     max_attempts: int,
     claim_ttl_s: int,
-) -> MicroBatch | None:
-    """Mark a batch failed and queue a retry of its unfinished cards under a new key.
+    run_id: str | None = None,
+) -> Failed:
+    """Mark an in-flight batch failed (compare-and-set) and queue a retry of its unfinished cards under a new key.
 
     After ``max_attempts`` the cards are parked for a day (their claims move to ``parked``) and each
-    gets a scan-log entry saying why, so a card that crashes every run cannot loop.
+    gets a scan-log entry saying why, so a card that crashes every run cannot loop. Given ``run_id``,
+    only a running batch that run holds is failed; without, only a pending one (a run that failed
+    before taking it).
     """
-    batch.status = "failed" if batch.status != "abandoned" else batch.status
-    batch.failure_reason = batch.failure_reason or reason
-    batch.finished_at = batch.finished_at or now
+    if not _set_status(
+        session,
+        batch.batch_key,
+        to="failed",
+        when=("running",) if run_id else ("pending",),
+        held_by=run_id,
+        failure_reason=reason[:4000],
+        finished_at=now,
+    ):
+        return Failed(recorded=False)
+    session.refresh(batch)
     remaining = still_pending(session, batch.card_ids)
     if not remaining:
         release_claims(session, batch.batch_key)
-        return None
+        return Failed(recorded=True)
     if batch.attempt >= max_attempts:
         transfer_claims(session, from_key=batch.batch_key, to_key=PARKED_KEY, expires_at=now + PARK_FOR)
         session.add_all(
@@ -167,9 +262,9 @@ def fail_and_retry(
             )
             for cid in remaining
         )
-        return None
+        return Failed(recorded=True)
     release_claims(session, batch.batch_key)
-    return record_batch(
+    retry = record_batch(
         session,
         remaining,
         trigger_reason=batch.trigger_reason,
@@ -178,12 +273,19 @@ def fail_and_retry(
         attempt=batch.attempt + 1,
         retry_of=batch.batch_key,
         key=retry_key(batch.batch_key, batch.attempt + 1),
+        requested=False,
     )
+    return Failed(recorded=True, retry=retry)
 
 
-def abandon(session: Session, batch: MicroBatch, *, reason: str, now: datetime) -> None:
-    """Drop a batch that never ran (its queued run was cancelled): its cards go back to the backlog."""
-    batch.status = "abandoned"
-    batch.failure_reason = reason
-    batch.finished_at = now
-    release_claims(session, batch.batch_key)
+def abandon(session: Session, batch_key: str, *, reason: str, now: datetime, run_id: str | None = None) -> bool:
+    """Drop a batch without spending an attempt (its run was refused, or cancelled): its cards go back to
+    the backlog. Without ``run_id`` only a pending batch; with it, the running batch that run held (a
+    person cancelled it). Returns whether this call did it."""
+    when = ("running",) if run_id else ("pending",)
+    if not _set_status(
+        session, batch_key, to="abandoned", when=when, held_by=run_id, failure_reason=reason, finished_at=now
+    ):
+        return False
+    release_claims(session, batch_key)
+    return True

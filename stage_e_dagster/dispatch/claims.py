@@ -67,7 +67,7 @@ def unclaimed_card_ids(
 def claim_cards(
     session: Session, card_ids: Sequence[int], *, batch_key: str, expires_at: datetime, now: datetime
 ) -> list[int]:
-    """Lease the cards to ``batch_key``; returns the ids actually claimed (free or expired before)."""
+    """Lease the cards to ``batch_key``; returns the ids it now holds (free, expired, or its own already)."""
     if not card_ids:
         return []
     insert = _insert(session)
@@ -77,7 +77,7 @@ def claim_cards(
     stmt = stmt.on_conflict_do_update(
         index_elements=[CardClaim.card_id],
         set_={"batch_key": stmt.excluded.batch_key, "expires_at": stmt.excluded.expires_at},
-        where=CardClaim.expires_at <= now,
+        where=sa.or_(CardClaim.expires_at <= now, CardClaim.batch_key == batch_key),
     ).returning(CardClaim.card_id)
     return sorted(session.execute(stmt).scalars())
 

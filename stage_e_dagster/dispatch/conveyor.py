@@ -15,22 +15,28 @@ from ..catalog.base import utcnow
 from ..catalog.engine import session_scope
 from ..envelope.bars import Ceilings, EnvelopeSignals
 from ..envelope.signals import current_rss_mb, peak_rss_mb
-from ..envelope.trips import check_envelope, open_trip
+from ..envelope.trips import check_envelope, current_open_trip, open_trip
 from ..settings import Settings
 from ..stage_c.fetch import ImageFetcher
 from ..stage_c.run import StageCReport, run_stage_c
 from ..stage_d.run import StageDReport, run_stage_d
-from .batches import IN_FLIGHT, dispatch_writer, get_batch, mark_running, mark_succeeded
-from .guard import GateVerdict, check_gate
+from .batches import dispatch_writer, get_batch, mark_succeeded, take_batch
+from .guard import FLAG_OFF, check_gate
+
+# Why a run refused. ``gate``: streaming off or a trip open, the batch goes back to the backlog at no
+# cost. ``taken``: another run holds the batch, or it has finished; the batch is left alone.
+REFUSED_GATE = "gate"
+REFUSED_TAKEN = "taken"
 
 
 class DispatchRefused(Exception):
     """The in-run guard said no: the run does no work."""
 
-    def __init__(self, reason: str, trip_id: str | None) -> None:
+    def __init__(self, reason: str, trip_id: str | None, *, kind: str = REFUSED_GATE) -> None:
         super().__init__(reason)
         self.reason = reason
         self.trip_id = trip_id
+        self.kind = kind
 
 
 @dataclass(frozen=True)
@@ -48,34 +54,48 @@ class StageCResult:
 
 
 def start_batch(engine: sa.Engine, settings: Settings, batch_key: str, *, run_id: str) -> BatchInfo:
-    """The in-run guard, then mark the batch running and stretch its claims over the run's lifetime."""
+    """The in-run guard, then take the batch (pending -> running, a compare-and-set) for this run.
+
+    With streaming off nothing is opened or written. A refusal never touches the batch: the
+    run-end handling puts a gate refusal's cards back, and a batch another run took is not ours.
+    """
+    if not settings.streaming_enabled:
+        raise DispatchRefused(FLAG_OFF, None)
+    now = utcnow()
     with session_scope(engine) as session:
         verdict = check_gate(session, settings, run_id=run_id, rss_mb=current_rss_mb())
-        batch = get_batch(session, batch_key)
-        if verdict.allowed and batch.status not in IN_FLIGHT:
-            verdict = GateVerdict(False, f"batch {batch_key} is {batch.status}, not in flight")
-        if not verdict.allowed:
-            # Commit any trip the fresh sample opened; the batch stays in flight until the sensor
-            # sees the refused run and retries or abandons it.
-            batch.failure_reason = f"refused: {verdict.reason}"
-            refusal = DispatchRefused(verdict.reason, verdict.trip_id)
-        else:
-            refusal = None
-            mark_running(
-                session,
-                batch,
-                run_id=run_id,
-                claims_until=utcnow() + timedelta(seconds=settings.run_max_runtime_s + settings.claim_ttl_s),
+        if verdict.allowed:
+            lease = now + timedelta(seconds=settings.run_max_runtime_s + settings.claim_ttl_s)
+            if take_batch(session, batch_key, run_id=run_id, now=now, lease_until=lease):
+                batch = get_batch(session, batch_key)
+                return BatchInfo(batch.batch_key, list(batch.card_ids), batch.trigger_reason, batch.attempt)
+            batch = get_batch(session, batch_key)
+            holder = f" by run {batch.run_id}" if batch.run_id else ""
+            taken = DispatchRefused(
+                f"batch {batch_key} is {batch.status}{holder}, not waiting", None, kind=REFUSED_TAKEN
             )
-        info = BatchInfo(batch.batch_key, list(batch.card_ids), batch.trigger_reason, batch.attempt)
-    if refusal is not None:
-        raise refusal
-    return info
+    # A trip the fresh sample opened is committed above; the refusal itself writes nothing.
+    if verdict.allowed:
+        raise taken
+    raise DispatchRefused(verdict.reason, verdict.trip_id)
+
+
+def trip_is_open(engine: sa.Engine) -> bool:
+    """The per-card guard inside a run: any open trip stops Stage C at the next card boundary."""
+    with session_scope(engine) as session:
+        return current_open_trip(session) is not None
 
 
 def run_batch_stage_c(engine: sa.Engine, batch: BatchInfo, *, run_id: str, fetcher: ImageFetcher) -> StageCResult:
     """Stage C over the batch. A lockout stops Stage C and opens a trip at once; the caller goes on to Stage D."""
-    report = run_stage_c(engine, batch.card_ids, writer=dispatch_writer(run_id), run_id=run_id, fetcher=fetcher)
+    report = run_stage_c(
+        engine,
+        batch.card_ids,
+        writer=dispatch_writer(run_id),
+        run_id=run_id,
+        fetcher=fetcher,
+        should_stop=lambda: trip_is_open(engine),
+    )
     trip_id = None
     if report.lockout is not None:
         with session_scope(engine) as session:
@@ -116,6 +136,6 @@ def finish_batch(
     peak = peak_rss_mb()
     ceilings = Ceilings.from_settings(settings)
     with session_scope(engine) as session:
-        mark_succeeded(session, get_batch(session, batch.batch_key), now=utcnow(), peak_rss_mb=peak)
+        mark_succeeded(session, get_batch(session, batch.batch_key), now=utcnow(), peak_rss_mb=peak, run_id=run_id)
         trip = check_envelope(session, EnvelopeSignals(rss_mb=peak), ceilings, run_id=run_id)
         return peak, trip.trip_id if trip else None

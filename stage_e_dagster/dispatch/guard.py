@@ -15,6 +15,8 @@ from ..envelope.signals import sample_signals
 from ..envelope.trips import check_envelope, current_open_trip
 from ..settings import Settings
 
+FLAG_OFF = "streaming is off (STAGE_E_STREAMING_ENABLED=false)"
+
 
 @dataclass(frozen=True)
 class GateVerdict:
@@ -29,7 +31,7 @@ def check_gate(
 ) -> GateVerdict:
     """May new dispatch start now? A fresh sample over a bar opens a trip (in the caller's transaction)."""
     if not settings.streaming_enabled:
-        return GateVerdict(False, "streaming is off (STAGE_E_STREAMING_ENABLED=false)")
+        return GateVerdict(False, FLAG_OFF)
     trip = current_open_trip(session)
     if trip is not None:
         return GateVerdict(

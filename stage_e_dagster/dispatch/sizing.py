@@ -22,9 +22,13 @@ class BatchPlan:
     max_batches: int
 
 
-def plan_for_tick(settings: Settings, *, in_flight_runs: int) -> BatchPlan:
-    """Batches for one sensor tick: enough to fill the free dispatch slots, never more."""
-    free = max(0, settings.max_concurrent_dispatches - in_flight_runs)
+def plan_for_tick(settings: Settings, *, in_flight_runs: int, cap: int | None = None) -> BatchPlan:
+    """Batches for one sensor tick: enough to fill the free dispatch slots, never more.
+
+    ``cap`` is the dispatch pool's limit as it stands (an operator may have set their own); the
+    setting when unknown."""
+    limit = settings.max_concurrent_dispatches if cap is None else cap
+    free = max(0, limit - in_flight_runs)
     return BatchPlan(batch_size=settings.micro_batch_size, max_batches=min(free, MAX_BATCHES_PER_TICK))
 
 

@@ -7,6 +7,7 @@ from datetime import datetime, timezone
 from typing import Any, Sequence
 
 import sqlalchemy as sa
+from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.orm import Session
 
 from ..catalog.base import utcnow
@@ -35,14 +36,36 @@ def new_trip_id(now: datetime | None = None) -> str:
     return f"envtrip-{stamp}-{secrets.token_hex(4)}"
 
 
+MANUAL_BAR = "manual"
+_OPEN_PER_BAR = sa.text("acknowledged_at IS NULL AND bar <> 'manual'")
+
+
 def open_trip(session: Session, bar: str, detail: dict[str, Any], *, run_id: str | None = None) -> EnvelopeTrip:
-    """Record a new open trip in the caller's transaction."""
+    """Record an open trip in the caller's transaction, or return the one already open for ``bar``.
+
+    An automatic bar has at most one open trip (a partial unique index), so two runs meeting the
+    same lockout at once open one trip and one acknowledgement resumes; the insert is a
+    compare-and-set, not a read-then-write. Manual trips are each their own.
+    """
     if bar not in TRIP_BARS:
         raise ValueError(f"unknown bar {bar!r}; expected one of {TRIP_BARS}")
-    trip = EnvelopeTrip(trip_id=new_trip_id(), bar=bar, detail=detail, run_id=run_id, tripped_at=utcnow())
-    session.add(trip)
-    session.flush()
-    return trip
+    trip_id = new_trip_id()
+    values = {"trip_id": trip_id, "bar": bar, "detail": detail, "run_id": run_id, "tripped_at": utcnow()}
+    if bar == MANUAL_BAR:
+        session.execute(sa.insert(EnvelopeTrip).values(**values))
+    else:
+        insert = (postgresql if session.get_bind().dialect.name == "postgresql" else sqlite).insert(EnvelopeTrip)
+        session.execute(
+            insert.values(**values).on_conflict_do_nothing(index_elements=["bar"], index_where=_OPEN_PER_BAR)
+        )
+    return session.execute(
+        sa.select(EnvelopeTrip)
+        .where(EnvelopeTrip.bar == bar, EnvelopeTrip.acknowledged_at.is_(None))
+        .order_by(EnvelopeTrip.id.desc())
+        .limit(1)
+        if bar != MANUAL_BAR
+        else sa.select(EnvelopeTrip).where(EnvelopeTrip.trip_id == trip_id)
+    ).scalar_one()
 
 
 def check_envelope(

@@ -6,17 +6,17 @@ from datetime import timedelta
 
 import sqlalchemy as sa
 
-from stage_e_dagster.catalog.backlog import STAGE_C_PENDING
+from stage_e_dagster.catalog.backlog import STAGE_C_PENDING, STAGE_D_PENDING
 from stage_e_dagster.catalog.base import utcnow
 from stage_e_dagster.catalog.engine import session_scope
 from stage_e_dagster.catalog.models import Card, CardClaim, MicroBatch, ScanLog
 from stage_e_dagster.dispatch.batches import (
-    EXTERNAL_EVIDENCE_CHANGED,
     PARKED_KEY,
     abandon,
     create_batches,
     fail_and_retry,
     mark_succeeded,
+    take_batch,
 )
 from stage_e_dagster.dispatch.keys import is_batch_key, new_batch_key, retry_key
 from stage_e_dagster.dispatch.sizing import BatchPlan
@@ -82,7 +82,8 @@ def test_success_releases_claims_and_done_cards_leave_the_backlog(engine: sa.Eng
     [(key, cards, _)], _ = make(engine, BatchPlan(batch_size=5, max_batches=1))
     with session_scope(engine) as session:
         session.execute(sa.update(Card).where(Card.id.in_(cards)).values(stage_c_pending=False))
-        mark_succeeded(session, session.get(MicroBatch, key), now=utcnow(), peak_rss_mb=123.0)
+        assert take_batch(session, key, run_id="run-1", now=utcnow(), lease_until=utcnow() + timedelta(seconds=TTL))
+        assert mark_succeeded(session, session.get(MicroBatch, key), now=utcnow(), peak_rss_mb=123.0)
     with session_scope(engine) as session:
         assert session.execute(sa.select(sa.func.count()).select_from(CardClaim)).scalar_one() == 0
         assert session.get(MicroBatch, key).status == "succeeded"
@@ -98,7 +99,7 @@ def test_a_failed_batch_retries_its_unfinished_cards_under_new_keys_then_parks_t
     keys = [key]
     for attempt in (2, 3):
         with session_scope(engine) as session:
-            retry = fail_and_retry(
+            outcome = fail_and_retry(
                 session,
                 session.get(MicroBatch, keys[-1]),
                 reason="RuntimeError: boom",
@@ -106,7 +107,8 @@ def test_a_failed_batch_retries_its_unfinished_cards_under_new_keys_then_parks_t
                 max_attempts=3,
                 claim_ttl_s=TTL,
             )
-            assert retry is not None and retry.attempt == attempt and retry.card_ids == ids[1:]
+            retry = outcome.retry
+            assert outcome.recorded and retry is not None and retry.attempt == attempt and retry.card_ids == ids[1:]
             assert retry.batch_key == retry_key(key, attempt) and retry.retry_of == keys[-1]
             keys.append(retry.batch_key)
         # The unfinished cards stay claimed by the retry: no fresh batch takes them meanwhile.
@@ -120,7 +122,7 @@ def test_a_failed_batch_retries_its_unfinished_cards_under_new_keys_then_parks_t
                 now=utcnow(),
                 max_attempts=3,
                 claim_ttl_s=TTL,
-            )
+            ).retry
             is None
         )
     with session_scope(engine) as session:
@@ -137,20 +139,25 @@ def test_abandoning_puts_cards_back_in_the_backlog(engine: sa.Engine) -> None:
     ids = insert_cards(engine, 2)
     [(key, _, _)], _ = make(engine, BatchPlan(batch_size=2, max_batches=1))
     with session_scope(engine) as session:
-        abandon(session, session.get(MicroBatch, key), reason="queued run cancelled", now=utcnow())
+        assert abandon(session, key, reason="queued run cancelled", now=utcnow())
+        assert not abandon(session, key, reason="settled twice", now=utcnow())
     again, _ = make(engine, BatchPlan(batch_size=2, max_batches=1))
     assert again[0][1] == ids and again[0][2] == 1
 
 
-def test_evidence_changed_selection_ignores_the_dispatchers_own_writes(engine: sa.Engine) -> None:
-    ids = insert_cards(engine, 3)
+def test_stage_d_selection_takes_every_unclaimed_card_whoever_wrote_it(engine: sa.Engine) -> None:
+    """The dispatcher's own evidence is no exception: a card whose Stage D never ran (its retry was
+    cancelled, the batch was parked) is found again; only a live claim keeps a card out."""
+    ids = insert_cards(engine, 4)
     with engine.begin() as conn:
         conn.execute(sa.update(Card).values(stage_c_pending=False, stage_d_pending=True))
         conn.execute(sa.update(Card).where(Card.id == ids[0]).values(evidence_writer="dispatch:run-1"))
         conn.execute(sa.update(Card).where(Card.id == ids[1]).values(evidence_writer="person:alice"))
         conn.execute(sa.update(Card).where(Card.id == ids[2]).values(evidence_writer="bulk:20261201"))
-    batches, _ = make(engine, BatchPlan(batch_size=10, max_batches=1), predicate=EXTERNAL_EVIDENCE_CHANGED)
-    assert batches[0][1] == ids[1:]
+    with session_scope(engine) as session:  # a live batch holds the last card
+        session.add(CardClaim(card_id=ids[3], batch_key="mb-live", expires_at=utcnow() + timedelta(seconds=TTL)))
+    batches, _ = make(engine, BatchPlan(batch_size=10, max_batches=1), predicate=STAGE_D_PENDING)
+    assert batches[0][1] == ids[:3]
 
 
 def test_sweep_walks_with_a_cursor_and_says_empty_only_after_a_full_lap(engine: sa.Engine) -> None:

@@ -7,14 +7,12 @@ import sqlalchemy as sa
 
 from stage_e_dagster.catalog.backlog import STAGE_C_PENDING, STAGE_D_PENDING
 from stage_e_dagster.catalog.base import utcnow
-from stage_e_dagster.dispatch.batches import EXTERNAL_EVIDENCE_CHANGED
 from stage_e_dagster.dispatch.claims import unclaimed_query
 from tests.factories import insert_cards
 
 CASES = [
     (STAGE_C_PENDING, "ix_cards_stage_c_backlog"),
     (STAGE_D_PENDING, "ix_cards_stage_d_backlog"),
-    (EXTERNAL_EVIDENCE_CHANGED, "ix_cards_stage_d_backlog"),
 ]
 
 

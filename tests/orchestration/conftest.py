@@ -16,7 +16,13 @@ from typing import Any, Iterator
 
 import pytest
 import sqlalchemy as sa
-from dagster import DagsterInstance, SensorResult, build_sensor_context, instance_for_test
+from dagster import (
+    DagsterInstance,
+    DeleteDynamicPartitionsRequest,
+    SensorResult,
+    build_sensor_context,
+    instance_for_test,
+)
 
 from stage_e_dagster.catalog.engine import make_engine
 from stage_e_dagster.corpus.seed import seed_corpus
@@ -64,7 +70,11 @@ class Pipeline:
             if result.cursor is not None:
                 self.cursors[sensor_name] = result.cursor
             for request in result.dynamic_partitions_requests or []:
-                self.instance.add_dynamic_partitions(micro_batches.name, list(request.partition_keys))
+                if isinstance(request, DeleteDynamicPartitionsRequest):
+                    for key in request.partition_keys:
+                        self.instance.delete_dynamic_partition(request.partitions_def_name, key)
+                else:
+                    self.instance.add_dynamic_partitions(micro_batches.name, list(request.partition_keys))
             for event in result.asset_events or []:
                 self.instance.report_runless_asset_event(event)
         return result

@@ -33,6 +33,7 @@ def test_definitions_are_loadable_and_name_the_public_parts() -> None:
         "evidence_changed_sensor": DefaultSensorStatus.RUNNING,
         "envelope_trip_sensor": DefaultSensorStatus.RUNNING,
         "backstop_sweep_sensor": DefaultSensorStatus.STOPPED,
+        "retention_sensor": DefaultSensorStatus.RUNNING,
     }
 
 

@@ -8,9 +8,11 @@ import pytest
 import sqlalchemy as sa
 from dagster import SensorResult
 
+from stage_e_dagster.catalog.base import utcnow
 from stage_e_dagster.catalog.engine import session_scope
-from stage_e_dagster.catalog.models import EnvelopeTrip, MicroBatch
+from stage_e_dagster.catalog.models import EnvelopeTrip, MicroBatch, ScanLog
 from stage_e_dagster.defs.hold import pool_limit
+from stage_e_dagster.dispatch.batches import take_batch
 from stage_e_dagster.envelope.fetch_window import record_fetch_outcome
 from stage_e_dagster.envelope.signals import current_rss_mb, peak_rss_mb
 from stage_e_dagster.envelope.trips import acknowledge_trip, current_open_trip, open_trip
@@ -139,21 +141,43 @@ def test_a_failed_run_gets_a_ledger_entry_and_a_retry_under_a_new_key(pipeline: 
     assert pipeline.run(r2.partition_key, tags=dict(r2.tags)).success
 
 
-def test_a_recorded_batch_whose_run_never_came_is_requested_again_under_its_own_key(pipeline: Pipeline) -> None:
-    first = pipeline.tick("card_created_sensor").run_requests
-    # The tick recorded the batches, but their runs were never submitted (the daemon died after the
-    # tick, say): the next tick asks for the same batches under the same run keys.
-    again = pipeline.tick("card_created_sensor").run_requests
-    assert [r.run_key for r in again] == [r.run_key for r in first]
-    assert all(r.tags["stage_e/attempt"] == "1" for r in again)
-
-
-def test_a_batch_lost_past_its_lease_fails_and_retries(pipeline: Pipeline) -> None:
-    request = pipeline.tick("card_created_sensor").run_requests[0]
+def _age(pipeline: Pipeline, key: str, **ago: timedelta) -> None:
+    """As if time had passed: move the batch's own timestamps back (no sleeping in tests)."""
     with session_scope(pipeline.engine) as session:
-        batch = session.get(MicroBatch, request.partition_key)
-        batch.created_at = batch.created_at - timedelta(hours=2)  # past claim TTL + run budget
-        cards = list(batch.card_ids)
+        batch = session.get(MicroBatch, key)
+        for name, delta in ago.items():
+            setattr(batch, name, getattr(batch, name) - delta)
+
+
+def test_a_batch_that_waited_past_its_lease_is_requested_again_without_spending_an_attempt(
+    pipeline: Pipeline,
+) -> None:
+    first = pipeline.tick("card_created_sensor").run_requests
+    # The tick recorded the batches, but no run ever took them: the daemon died after the tick, or a
+    # 45-minute trip and a full pool kept them waiting. Waiting is not failing.
+    assert "no unclaimed cards" in (pipeline.tick("card_created_sensor").skip_reason.skip_message or "")
+    for request in first:
+        _age(pipeline, request.partition_key, created_at=timedelta(hours=2), requested_at=timedelta(minutes=45),
+             lease_expires_at=timedelta(minutes=45))
+    again = pipeline.tick("card_created_sensor").run_requests
+    assert sorted(r.partition_key for r in again) == sorted(r.partition_key for r in first)
+    assert sorted(r.run_key for r in again) == sorted(r.run_key + "@2" for r in first)  # a run key is never reused
+    assert all(r.tags["stage_e/attempt"] == "1" for r in again)
+    with session_scope(pipeline.engine) as session:
+        for request in first:
+            batch = session.get(MicroBatch, request.partition_key)
+            assert batch.status == "pending" and batch.failure_reason is None and batch.attempt == 1
+        assert session.execute(sa.select(sa.func.count()).select_from(ScanLog)).scalar_one() == 0
+    for request in again:
+        assert pipeline.run(request.partition_key, tags=dict(request.tags)).success
+
+
+def test_a_running_batch_whose_run_vanished_past_its_lease_fails_and_retries(pipeline: Pipeline) -> None:
+    request = pipeline.tick("card_created_sensor").run_requests[0]
+    with session_scope(pipeline.engine) as session:  # a run took it, then vanished without a trace
+        assert take_batch(session, request.partition_key, run_id="vanished-run", now=utcnow(),
+                          lease_until=utcnow() - timedelta(seconds=1))
+        cards = list(session.get(MicroBatch, request.partition_key).card_ids)
     retry = pipeline.tick("card_created_sensor")
     with session_scope(pipeline.engine) as session:
         lost = session.get(MicroBatch, request.partition_key)

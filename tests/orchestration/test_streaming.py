@@ -94,8 +94,8 @@ def test_cards_from_any_writer_are_all_processed_with_a_numeric_ledger(
             assert meta["trigger_reason"] == "card-created" and meta["lockout_trip_id"] == ""
         assert sum(r.asset_materialization.metadata["card_count"].value for r in records) == total
     # Re-ticking finds nothing: the dispatcher's own evidence writes never echo.
-    assert "no eligible cards" in skip_text(pipeline.tick("card_created_sensor"))
-    assert "no eligible cards" in skip_text(pipeline.tick("evidence_changed_sensor"))
+    assert "no unclaimed cards" in skip_text(pipeline.tick("card_created_sensor"))
+    assert "no unclaimed cards" in skip_text(pipeline.tick("evidence_changed_sensor"))
 
 
 def test_evidence_written_by_someone_else_goes_back_through_stage_d(

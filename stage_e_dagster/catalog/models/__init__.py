@@ -2,7 +2,7 @@
 
 from .canonical import Expansion, Printing
 from .cards import CARD_TYPES, PRINTING_STATUSES, Card
-from .dispatch import BATCH_STATUSES, CardClaim, MicroBatch, SweepCursor
+from .dispatch import BATCH_STATUSES, CardClaim, ManifestRollout, MicroBatch, PoolControl, SweepCursor
 from .envelope import FETCH_OUTCOMES, TRIP_BARS, EnvelopeTrip, FetchOutcome, FetchPacer
 from .evidence import ImageEvidence
 from .passes import StageDPass
@@ -22,7 +22,9 @@ __all__ = [
     "FetchOutcome",
     "FetchPacer",
     "ImageEvidence",
+    "ManifestRollout",
     "MicroBatch",
+    "PoolControl",
     "Printing",
     "PrintingVote",
     "ScanLog",

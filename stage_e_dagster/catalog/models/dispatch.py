@@ -1,4 +1,5 @@
-"""Dispatch state: micro-batches, card claims and the backstop sweep's cursor."""
+"""Dispatch state: micro-batches, card claims, the backstop sweep's cursor, the manifest rollout and
+what this project did to the dispatch pool."""
 
 from __future__ import annotations
 
@@ -20,6 +21,7 @@ class MicroBatch(Base):
     __table_args__ = (
         sa.CheckConstraint(f"status IN {BATCH_STATUSES}", name="status"),
         sa.Index("ix_micro_batches_status_created", "status", "created_at"),
+        sa.Index("ix_micro_batches_status_finished", "status", "finished_at"),
     )
 
     batch_key: Mapped[str] = mapped_column(sa.String(64), primary_key=True)
@@ -32,6 +34,17 @@ class MicroBatch(Base):
     failure_reason: Mapped[str | None] = mapped_column(sa.Text)
     peak_rss_mb: Mapped[float | None] = mapped_column(sa.Float, comment="the run worker's true peak")
     created_at: Mapped[created_at]
+    started_at: Mapped[datetime | None] = mapped_column(comment="when one run took the batch (pending -> running)")
+    lease_expires_at: Mapped[datetime | None] = mapped_column(
+        comment="renewed while the batch waits or runs; a batch is lost only once this passes with no run going"
+    )
+    requested_at: Mapped[datetime | None] = mapped_column(
+        comment="when a run was last requested for the batch; NULL: a retry nobody requested yet"
+    )
+    request_count: Mapped[int] = mapped_column(
+        sa.Integer, default=0, server_default="0", comment="run requests made; each needs its own run key"
+    )
+    backfill_id: Mapped[str | None] = mapped_column(sa.String(32), comment="the sweep backfill that owns attempt 1")
     finished_at: Mapped[datetime | None]
 
 
@@ -55,3 +68,37 @@ class SweepCursor(Base):
     lap: Mapped[int] = mapped_column(sa.Integer, default=0)
     found_this_lap: Mapped[int] = mapped_column(sa.Integer, default=0)
     updated_at: Mapped[datetime | None]
+
+
+class ManifestRollout(Base):
+    """How far the running code's extractor manifest has been applied to stored evidence.
+
+    ``manifest`` is the fingerprint being rolled out; ``position`` the last evidence id walked.
+    ``completed_at`` is set once a full walk found every stale card and put it back in the backlog.
+    """
+
+    __tablename__ = "manifest_rollouts"
+
+    name: Mapped[str] = mapped_column(sa.String(32), primary_key=True)
+    manifest: Mapped[str] = mapped_column(sa.String(64))
+    position: Mapped[int] = mapped_column(sa.BigInteger, default=0)
+    requeued: Mapped[int] = mapped_column(sa.Integer, default=0, comment="cards put back in the backlog so far")
+    started_at: Mapped[created_at]
+    completed_at: Mapped[datetime | None]
+
+
+class PoolControl(Base):
+    """What this project did to a Dagster pool's limit, so it never undoes what an operator did.
+
+    ``applied_limit`` is the limit last set from ``STAGE_E_MAX_CONCURRENT_DISPATCHES``: the setting is
+    applied again only while the pool still has that limit. ``held_at`` marks a hold (limit 0) this
+    project applied during a trip, and ``held_from`` the limit to give back when it ends.
+    """
+
+    __tablename__ = "pool_controls"
+
+    pool: Mapped[str] = mapped_column(sa.String(64), primary_key=True)
+    applied_limit: Mapped[int | None] = mapped_column(sa.Integer)
+    held_at: Mapped[datetime | None]
+    held_from: Mapped[int | None] = mapped_column(sa.Integer, comment="the limit before the hold; NULL: none")
+    trip_id: Mapped[str | None] = mapped_column(sa.String(48))

@@ -26,6 +26,15 @@ class EnvelopeTrip(Base):
             sqlite_where=sa.text("acknowledged_at IS NULL"),
             postgresql_where=sa.text("acknowledged_at IS NULL"),
         ),
+        # At most one open trip per automatic bar: two runs meeting the same lockout at once open
+        # one trip (the second insert conflicts and reads the first), so one ack resumes.
+        sa.Index(
+            "uq_envelope_trips_open_bar",
+            "bar",
+            unique=True,
+            sqlite_where=sa.text("acknowledged_at IS NULL AND bar <> 'manual'"),
+            postgresql_where=sa.text("acknowledged_at IS NULL AND bar <> 'manual'"),
+        ),
     )
 
     id: Mapped[intpk]

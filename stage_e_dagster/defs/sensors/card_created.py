@@ -1,5 +1,8 @@
 """``card_created_sensor``: new cards from any writer, then the rest of the Stage C backlog.
 
+It is also the one place batches in flight are reconciled (renewed, settled, requested again) and
+a changed extractor manifest is rolled out, a bounded step per tick.
+
 The cursor (highest card id requested) only puts the newest cards first. It is not what keeps
 cards from being lost: a card whose insert commits after a higher id was seen is still in the
 state-based Stage C backlog, which every tick fills from.
@@ -17,7 +20,12 @@ from .dispatching import dispatch_tick
     job=stage_e_dispatch,
     minimum_interval_seconds=5,
     default_status=DefaultSensorStatus.RUNNING,
-    description="Batches new cards (then the Stage C backlog) into micro-batch runs. Skips while streaming is off.",
+    description=(
+        "Batches new cards (then the Stage C backlog) into micro-batch runs and keeps batches in flight honest. "
+        "Skips while streaming is off."
+    ),
 )
 def card_created_sensor(context: SensorEvaluationContext, stage_e: StageEResource) -> SensorResult | SkipReason:
-    return dispatch_tick(context, stage_e, predicate=STAGE_C_PENDING, trigger_reason="card-created", use_cursor=True)
+    return dispatch_tick(
+        context, stage_e, predicate=STAGE_C_PENDING, trigger_reason="card-created", owns_reconcile=True, use_cursor=True
+    )

@@ -1,12 +1,13 @@
-"""``evidence_changed_sensor``: evidence written by anyone but the dispatcher sends its card back through Stage D.
+"""``evidence_changed_sensor``: cards whose current evidence is newer than their last Stage D pass.
 
-The dispatcher's own writes carry ``dispatch:<run>`` as writer and are cleared by the same
-run's Stage D, so they never echo.
+Whoever wrote the evidence: a person, BULK, or a dispatch run whose Stage D never ran (its retry
+was cancelled during a trip, a person cancelled it, the batch was parked). A card still held by a
+live batch is not eligible, which is what keeps the dispatcher's own writes from echoing.
 """
 
 from dagster import DefaultSensorStatus, SensorEvaluationContext, SensorResult, SkipReason, sensor
 
-from ...dispatch.batches import EXTERNAL_EVIDENCE_CHANGED
+from ...catalog.backlog import STAGE_D_PENDING
 from ..jobs import stage_e_dispatch
 from ..resources import StageEResource
 from .dispatching import dispatch_tick
@@ -16,9 +17,14 @@ from .dispatching import dispatch_tick
     job=stage_e_dispatch,
     minimum_interval_seconds=5,
     default_status=DefaultSensorStatus.RUNNING,
-    description="Re-runs Stage D for cards whose evidence someone other than the dispatcher changed.",
+    description="Runs Stage D again for unclaimed cards whose evidence changed since their last Stage D pass.",
 )
 def evidence_changed_sensor(context: SensorEvaluationContext, stage_e: StageEResource) -> SensorResult | SkipReason:
     return dispatch_tick(
-        context, stage_e, predicate=EXTERNAL_EVIDENCE_CHANGED, trigger_reason="evidence-change", use_cursor=False
+        context,
+        stage_e,
+        predicate=STAGE_D_PENDING,
+        trigger_reason="evidence-change",
+        owns_reconcile=False,
+        use_cursor=False,
     )

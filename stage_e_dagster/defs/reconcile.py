@@ -1,0 +1,145 @@
+"""Keeping the batches in flight honest: renew what waits or runs, settle what ended, request what needs it.
+
+This is the one place a batch is requested again (only ``card_created_sensor`` calls it; run-key
+dedup is per sensor). Leases run from the last renewal, never from the batch's creation, so a
+batch that waited out a long trip or a full pool is requested again, not failed: an attempt is
+spent only by a run that took the batch and then failed or vanished.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+
+import sqlalchemy as sa
+from dagster import AssetObservation, DagsterInstance, DagsterRun, RunsFilter
+
+from ..catalog.engine import session_scope
+from ..catalog.models import MicroBatch
+from ..dispatch.batches import fail_and_retry, renew_lease, request_again
+from ..dispatch.sweep import SWEEP_TRIGGER
+from ..settings import Settings
+from .hold import ACTIVE_STATUSES
+from .run_ends import ENDED, settle_run_end
+from .tags import PARTITION_TAG
+
+# A batch requested less than this long ago may simply not have its run yet (the daemon submits a
+# tick's requests after the tick): it is not requested again before then.
+REQUEST_GRACE = timedelta(seconds=60)
+# Batches looked at per tick: every running one (few: the pool caps them) and the pending ones that
+# need a request or whose lease is half spent, oldest lease first.
+RECONCILE_LIMIT = 100
+
+
+@dataclass
+class Reconciled:
+    requests: list[MicroBatch] = field(default_factory=list)
+    observations: list[AssetObservation] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+
+
+def _due_batches(engine: sa.Engine, settings: Settings, now: datetime) -> list[MicroBatch]:
+    half = now + timedelta(seconds=settings.claim_ttl_s / 2)
+    with session_scope(engine) as session:
+        running = session.execute(
+            sa.select(MicroBatch).where(MicroBatch.status == "running").limit(RECONCILE_LIMIT)
+        ).scalars()
+        pending = session.execute(
+            sa.select(MicroBatch)
+            .where(
+                MicroBatch.status == "pending",
+                sa.or_(
+                    MicroBatch.requested_at.is_(None),
+                    MicroBatch.requested_at < now - REQUEST_GRACE,
+                    MicroBatch.lease_expires_at < half,
+                ),
+            )
+            .order_by(MicroBatch.lease_expires_at)
+            .limit(RECONCILE_LIMIT)
+        ).scalars()
+        return [*running, *pending]
+
+
+def _runs_by_batch(instance: DagsterInstance, keys: list[str]) -> dict[str, list[DagsterRun]]:
+    runs: dict[str, list[DagsterRun]] = {key: [] for key in keys}
+    if keys:
+        for run in instance.get_runs(RunsFilter(tags={PARTITION_TAG: keys})):
+            runs.setdefault(run.tags.get(PARTITION_TAG, ""), []).append(run)
+    return runs
+
+
+def _backfill_launching(instance: DagsterInstance, backfill_id: str, seen: dict[str, bool]) -> bool:
+    """Whether the sweep's backfill may still launch runs (``instance.get_backfill``; status read by value)."""
+    if backfill_id not in seen:
+        backfill = instance.get_backfill(backfill_id)
+        seen[backfill_id] = backfill is not None and backfill.status.value == "REQUESTED"
+    return seen[backfill_id]
+
+
+def reconcile(instance: DagsterInstance, engine: sa.Engine, settings: Settings, *, now: datetime) -> Reconciled:
+    """One bounded pass over the batches in flight; returns the batches to request now."""
+    done = Reconciled()
+    batches = _due_batches(engine, settings, now)
+    runs = _runs_by_batch(instance, [b.batch_key for b in batches])
+    backfills: dict[str, bool] = {}
+    lease = now + timedelta(seconds=settings.claim_ttl_s)
+    for batch in batches:
+        its_runs = runs.get(batch.batch_key, [])
+        if any(run.status in ACTIVE_STATUSES for run in its_runs):
+            with session_scope(engine) as session:
+                renew_lease(session, batch.batch_key, until=lease)
+            continue
+        ended = [run for run in its_runs if run.status in ENDED]
+        settled = False
+        for run in ended:
+            end = settle_run_end(engine, instance, settings, run)
+            if end.observation is not None:
+                done.observations.append(end.observation)
+                settled = True
+            if end.note:
+                done.notes.append(end.note)
+            _request_retry(engine, settings, end.retry_key, now, done)
+        if settled:
+            continue
+        if batch.status == "running":
+            if batch.lease_expires_at is not None and batch.lease_expires_at < now:
+                with session_scope(engine) as session:
+                    lost = fail_and_retry(
+                        session,
+                        session.get(MicroBatch, batch.batch_key),
+                        reason=f"lease expired: run {batch.run_id} of the batch is gone",
+                        now=now,
+                        max_attempts=settings.max_batch_attempts,
+                        claim_ttl_s=settings.claim_ttl_s,
+                        run_id=batch.run_id,
+                    )
+                if lost.recorded:
+                    done.notes.append(f"{batch.batch_key}: lease expired with no run going")
+                    _request_retry(engine, settings, lost.retry.batch_key if lost.retry else None, now, done)
+            continue
+        owned_by_sweep = batch.trigger_reason == SWEEP_TRIGGER and batch.backfill_id and batch.attempt == 1
+        if owned_by_sweep and not ended and _backfill_launching(instance, batch.backfill_id, backfills):
+            with session_scope(engine) as session:
+                renew_lease(session, batch.batch_key, until=lease)
+            continue
+        needs_request = (
+            batch.requested_at is None or batch.requested_at < now - REQUEST_GRACE or bool(ended) or owned_by_sweep
+        )
+        if needs_request:
+            _request(engine, settings, batch.batch_key, now, done)
+    return done
+
+
+def _request(engine: sa.Engine, settings: Settings, batch_key: str, now: datetime, done: Reconciled) -> None:
+    with session_scope(engine) as session:
+        again = request_again(session, session.get(MicroBatch, batch_key), now=now, claim_ttl_s=settings.claim_ttl_s)
+    if again is not None:
+        done.requests.append(again)
+
+
+def _request_retry(
+    engine: sa.Engine, settings: Settings, retry_key: str | None, now: datetime, done: Reconciled
+) -> None:
+    """A retry made while reconciling is requested in the same tick."""
+    if retry_key is not None:
+        _request(engine, settings, retry_key, now, done)
