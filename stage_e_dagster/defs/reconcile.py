@@ -126,13 +126,14 @@ def reconcile(instance: DagsterInstance, engine: sa.Engine, settings: Settings, 
             batch.requested_at is None or batch.requested_at < now - REQUEST_GRACE or bool(ended) or owned_by_sweep
         )
         if needs_request:
-            _request(engine, settings, batch.batch_key, now, done)
+            _request(engine, settings, batch, now, done)
     return done
 
 
-def _request(engine: sa.Engine, settings: Settings, batch_key: str, now: datetime, done: Reconciled) -> None:
+def _request(engine: sa.Engine, settings: Settings, seen: MicroBatch, now: datetime, done: Reconciled) -> None:
+    """Request the batch as this tick saw it; another evaluator that requested it first wins."""
     with session_scope(engine) as session:
-        again = request_again(session, session.get(MicroBatch, batch_key), now=now, claim_ttl_s=settings.claim_ttl_s)
+        again = request_again(session, seen, now=now, claim_ttl_s=settings.claim_ttl_s)
     if again is not None:
         done.requests.append(again)
 
@@ -142,4 +143,7 @@ def _request_retry(
 ) -> None:
     """A retry made while reconciling is requested in the same tick."""
     if retry_key is not None:
-        _request(engine, settings, retry_key, now, done)
+        with session_scope(engine) as session:
+            seen = session.get(MicroBatch, retry_key)
+        if seen is not None:
+            _request(engine, settings, seen, now, done)

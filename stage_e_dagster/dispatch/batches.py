@@ -167,31 +167,33 @@ def renew_lease(session: Session, batch_key: str, *, until: datetime) -> None:
     extend_claims(session, batch_key, expires_at=until)
 
 
-def request_again(session: Session, batch: MicroBatch, *, now: datetime, claim_ttl_s: int) -> MicroBatch | None:
+def request_again(session: Session, seen: MicroBatch, *, now: datetime, claim_ttl_s: int) -> MicroBatch | None:
     """Prepare a pending batch for a new run request: re-take its claims and shrink it to what it holds.
 
-    The claims re-taken are its own or expired ones, so a card another batch took meanwhile leaves
-    this one; a batch left with no card is abandoned (``None``). The request itself is a
-    compare-and-set on ``request_count``, so of two evaluators only one requests the batch.
+    ``seen`` is the row as the caller read it when it decided to request; the request is a
+    compare-and-set on that view's ``request_count``, so of two evaluators that saw the same row only
+    one requests the batch (``None`` for the other). The claims re-taken are its own or expired ones,
+    so a card another batch took meanwhile leaves this one; a batch left with no card is abandoned.
     """
     until = now + timedelta(seconds=claim_ttl_s)
     won = session.execute(
         sa.update(MicroBatch)
         .where(
-            MicroBatch.batch_key == batch.batch_key,
+            MicroBatch.batch_key == seen.batch_key,
             MicroBatch.status == "pending",
-            MicroBatch.request_count == batch.request_count,
+            MicroBatch.request_count == seen.request_count,
         )
-        .values(requested_at=now, lease_expires_at=until, request_count=batch.request_count + 1)
+        .values(requested_at=now, lease_expires_at=until, request_count=seen.request_count + 1)
         .execution_options(synchronize_session=False)
     ).rowcount
     if not won:
         return None
+    batch = session.get(MicroBatch, seen.batch_key, populate_existing=True)
+    assert batch is not None
     held = claim_cards(session, batch.card_ids, batch_key=batch.batch_key, expires_at=until, now=now)
     if not held:
         abandon(session, batch.batch_key, reason="every card was taken by another batch", now=now)
         return None
-    session.refresh(batch)
     if held != sorted(batch.card_ids):
         batch.card_ids = held
         session.flush()

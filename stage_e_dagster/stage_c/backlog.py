@@ -1,5 +1,5 @@
-"""The Stage C backlog: reading it in keyset pages, re-raising it after a manifest change, and the
-helper writers call when a card's image changes."""
+"""The Stage C backlog: reading it in keyset pages, and the helper for a writer whose card shows new
+bytes under the same locator (a new locator or declared hash needs nothing: a trigger re-queues it)."""
 
 from __future__ import annotations
 
@@ -10,8 +10,7 @@ from sqlalchemy.orm import Session
 
 from ..catalog.backlog import STAGE_C_PENDING
 from ..catalog.base import utcnow
-from ..catalog.models import Card, ImageEvidence
-from .manifest import MANIFEST_VERSIONS
+from ..catalog.models import Card
 
 
 def backlog_page(session: Session, after_id: int, size: int) -> list[Card]:
@@ -31,32 +30,6 @@ def cards_by_id(session: Session, card_ids: Sequence[int]) -> dict[int, Card]:
         for card in session.execute(sa.select(Card).where(Card.id.in_(chunk))).scalars():
             found[card.id] = card
     return found
-
-
-def _stale_condition() -> sa.ColumnElement[bool]:
-    versions = ImageEvidence.extractor_versions
-    return sa.or_(*(
-        sa.func.coalesce(versions[key].as_string(), "") != version for key, version in MANIFEST_VERSIONS.items()
-    ))
-
-
-def mark_stale_evidence(engine: sa.Engine) -> int:
-    """Put back in the backlog every card whose present evidence misses a current extractor version.
-
-    Run after a manifest change. Terminal records (failed fetch, undecodable image) are left alone:
-    they come back only when the image changes. Returns the number of cards re-queued.
-    """
-    stale = (
-        sa.select(ImageEvidence.id)
-        .where(ImageEvidence.card_id == Card.id, ImageEvidence.content_hash == Card.content_hash,
-               ImageEvidence.terminal.is_(False), _stale_condition())
-        .exists()
-    )
-    with engine.begin() as conn:
-        result = conn.execute(
-            sa.update(Card).where(Card.stage_c_pending.is_(False), stale).values(stage_c_pending=True)
-        )
-    return int(result.rowcount or 0)
 
 
 def mark_image_changed(session: Session, card_id: int, *, image_locator: str | None = None,

@@ -16,6 +16,7 @@ from stage_e_dagster.dispatch.batches import (
     create_batches,
     fail_and_retry,
     mark_succeeded,
+    request_again,
     take_batch,
 )
 from stage_e_dagster.dispatch.keys import is_batch_key, new_batch_key, retry_key
@@ -179,3 +180,40 @@ def test_sweep_walks_with_a_cursor_and_says_empty_only_after_a_full_lap(engine: 
         conn.execute(sa.update(Card).values(stage_c_pending=False))
     batches, empty, _ = walk()
     assert batches == [] and empty
+
+
+def test_requesting_a_pending_batch_again_retakes_its_claims_and_shrinks_to_what_it_holds(engine: sa.Engine) -> None:
+    ids = insert_cards(engine, 3)
+    [(key, _, _)], _ = make(engine, BatchPlan(batch_size=3, max_batches=1))
+    later = utcnow() + timedelta(seconds=TTL + 1)  # the batch waited; its claims expired
+    with session_scope(engine) as session:  # meanwhile another batch took one of its cards
+        session.execute(
+            sa.update(CardClaim)
+            .where(CardClaim.card_id == ids[1])
+            .values(batch_key="mb-other", expires_at=later + timedelta(seconds=TTL))
+        )
+    with session_scope(engine) as session:  # a second evaluator read the row too, before the first requested it
+        stale_view = session.get(MicroBatch, key)
+    with session_scope(engine) as session:
+        again = request_again(session, session.get(MicroBatch, key), now=later, claim_ttl_s=TTL)
+        assert again is not None and again.card_ids == [ids[0], ids[2]] and again.request_count == 2
+        held = dict(session.execute(sa.select(CardClaim.card_id, CardClaim.batch_key)).all())
+    assert held == {ids[0]: key, ids[1]: "mb-other", ids[2]: key}
+    with session_scope(engine) as session:  # ... and loses: one request per view of the row
+        assert request_again(session, stale_view, now=later, claim_ttl_s=TTL) is None
+
+
+def test_taking_a_batch_is_a_compare_and_set(engine: sa.Engine) -> None:
+    insert_cards(engine, 2)
+    [(key, _, _)], _ = make(engine, BatchPlan(batch_size=2, max_batches=1))
+    until = utcnow() + timedelta(seconds=TTL)
+    with session_scope(engine) as session:
+        assert take_batch(session, key, run_id="run-1", now=utcnow(), lease_until=until)
+        assert not take_batch(session, key, run_id="run-2", now=utcnow(), lease_until=until)
+        assert not abandon(session, key, reason="a refused run of another", now=utcnow())
+        batch = session.get(MicroBatch, key)
+        assert not fail_and_retry(
+            session, batch, reason="not ours", now=utcnow(), max_attempts=3, claim_ttl_s=TTL, run_id="run-2"
+        ).recorded
+    with session_scope(engine) as session:
+        assert session.get(MicroBatch, key).run_id == "run-1" and session.get(MicroBatch, key).status == "running"

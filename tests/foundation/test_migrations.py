@@ -45,3 +45,33 @@ def test_raw_sql_inserts_land_in_the_stage_c_backlog(engine: sa.Engine) -> None:
             sa.text("SELECT stage_c_pending, stage_d_pending, printing_status, created_at FROM cards")
         ).one()
     assert bool(row[0]) is True and bool(row[1]) is False and row[2] == "unresolved" and row[3] is not None
+
+
+def test_a_raw_sql_image_update_puts_the_card_back_in_the_stage_c_backlog(engine: sa.Engine) -> None:
+    """The trigger of migration 0004: no writer has to remember a helper when it changes an image."""
+    with engine.begin() as conn:
+        conn.execute(
+            sa.text(
+                "INSERT INTO cards (identifier, name, image_locator, declared_content_hash, content_hash,"
+                " stage_c_pending, stage_d_pending, stage_c_attempts)"
+                " VALUES ('t-1', 'Opt', 'file:///a.jpg', 'aaa', 'aaa', false, false, 2),"
+                "        ('t-2', 'Opt', 'file:///b.jpg', NULL, 'bbb', false, false, 0)"
+            )
+        )
+    state = "SELECT image_locator, declared_content_hash, content_hash, stage_c_pending, stage_c_attempts FROM cards"
+    with engine.begin() as conn:
+        conn.execute(sa.text("UPDATE cards SET image_locator = 'file:///a2.jpg' WHERE identifier = 't-1'"))
+        conn.execute(sa.text("UPDATE cards SET name = 'Opt (renamed)' WHERE identifier = 't-2'"))
+    with engine.connect() as conn:
+        rows = conn.execute(sa.text(state + " ORDER BY identifier")).all()
+    # A new locator: the old declared hash described the old image, so both hashes are forgotten.
+    assert [tuple(r[:3]) + (bool(r[3]), r[4]) for r in rows] == [
+        ("file:///a2.jpg", None, None, True, 0),
+        ("file:///b.jpg", None, "bbb", False, 0),  # other columns change nothing
+    ]
+    with engine.begin() as conn:
+        conn.execute(sa.text("UPDATE cards SET stage_c_pending = false, content_hash = 'ccc' WHERE identifier = 't-1'"))
+        conn.execute(sa.text("UPDATE cards SET declared_content_hash = 'ddd' WHERE identifier = 't-1'"))
+    with engine.connect() as conn:
+        row = conn.execute(sa.text(state + " WHERE identifier = 't-1'")).one()
+    assert (row[1], row[2], bool(row[3])) == ("ddd", "ddd", True)  # a declared hash is taken as the new one

@@ -109,3 +109,16 @@ def test_fetch_window_counts_only_the_newest_outcomes_and_not_throttles(engine: 
     with pytest.raises(ValueError):
         with session_scope(engine) as session:
             record_fetch_outcome(session, "exploded")
+
+
+def test_an_automatic_bar_has_one_open_trip_and_manual_trips_are_each_their_own(engine: sa.Engine) -> None:
+    with session_scope(engine) as session:
+        first = open_trip(session, "fetch_lockout", {"observed": 1, "ceiling": 0}, run_id="run-a").trip_id
+    with session_scope(engine) as session:  # a second run meets the same lockout
+        second = open_trip(session, "fetch_lockout", {"observed": 1, "ceiling": 0}, run_id="run-b").trip_id
+        manual = [open_trip(session, "manual", {"note": n}).trip_id for n in ("one", "two")]
+    assert second == first and len(set(manual)) == 2
+    with session_scope(engine) as session:
+        acknowledge_trip(session, first, note="host unblocked us", by="ops")
+    with session_scope(engine) as session:  # after the ack, a new lockout is a new trip
+        assert open_trip(session, "fetch_lockout", {"observed": 1, "ceiling": 0}).trip_id != first

@@ -12,10 +12,13 @@ import sqlalchemy as sa
 from PIL import Image
 from sqlalchemy.orm import Session
 
+from stage_e_dagster.catalog.base import utcnow
+from stage_e_dagster.catalog.engine import session_scope
 from stage_e_dagster.catalog.models import Card, FetchOutcome, ImageEvidence
-from stage_e_dagster.stage_c.backlog import mark_image_changed, mark_stale_evidence
+from stage_e_dagster.stage_c.backlog import mark_image_changed
 from stage_e_dagster.stage_c.compute import locator_key, sha256_hex
 from stage_e_dagster.stage_c.manifest import MANIFEST_VERSIONS
+from stage_e_dagster.stage_c.rollout import rollout_step
 from stage_e_dagster.stage_c.run import run_stage_c
 
 from .conftest import make_fetcher
@@ -182,6 +185,12 @@ def test_not_allowed_host_is_terminal(engine: sa.Engine, image_host: str) -> Non
     assert report.terminal == 1 and evidence(engine, cid)[0].fetch_error_class == "host-not-allowed"
 
 
+def requeue_stale(engine: sa.Engine) -> int:
+    """What the dispatch sensor does after a deploy: one step of the manifest rollout."""
+    with session_scope(engine) as session:
+        return rollout_step(session, now=utcnow()).requeued
+
+
 def test_stale_extractor_is_recomputed_alone(engine: sa.Engine, root: Path) -> None:
     cid = add_card(engine, (root / "good.jpg").as_uri())
     with make_fetcher(engine, [root]) as fetcher:
@@ -194,8 +203,8 @@ def test_stale_extractor_is_recomputed_alone(engine: sa.Engine, root: Path) -> N
         with engine.begin() as conn:
             conn.execute(sa.update(ImageEvidence).where(ImageEvidence.id == row.id).values(
                 extractor_versions=versions, symbol_phash=1, collector_number="sentinel"))
-        assert mark_stale_evidence(engine) == 1
-        assert mark_stale_evidence(engine) == 0
+        assert requeue_stale(engine) == 1
+        assert requeue_stale(engine) == 0
         report = run_stage_c(engine, None, writer="w2", run_id=None, fetcher=fetcher, lexicon=frozenset())
     assert report.completed == 1
     [row] = evidence(engine, cid)
@@ -213,7 +222,7 @@ def test_failed_refetch_for_a_stale_key_keeps_the_stored_values(engine: sa.Engin
         with engine.begin() as conn:
             conn.execute(sa.update(ImageEvidence).where(ImageEvidence.id == row.id).values(
                 extractor_versions=dict(row.extractor_versions, art_phash="art-phash-v0")))
-        mark_stale_evidence(engine)
+        requeue_stale(engine)
         (root / "gone.jpg").unlink()
         report = run_stage_c(engine, None, writer="w", run_id=None, fetcher=fetcher, lexicon=frozenset())
     assert report.terminal == 1
