@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from datetime import datetime
 
 import sqlalchemy as sa
+from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.orm import Session
 
 from ..catalog.models import Card, ImageEvidence, ManifestRollout
@@ -39,16 +40,19 @@ class RolloutStep:
 def rollout_step(session: Session, *, now: datetime, limit: int = STEP_ROWS) -> RolloutStep:
     """One bounded step of the walk (a no-op once the running manifest is fully rolled out).
 
-    The rollout row is read ``FOR UPDATE`` (on SQLite the transaction already holds the write
-    lock), so two evaluators never walk the same page twice.
+    The rollout row is created insert-or-ignore and read ``FOR UPDATE`` (on SQLite the transaction
+    already holds the write lock), so two evaluators never walk the same page twice.
     """
     fingerprint = manifest_fingerprint()
-    state = session.get(ManifestRollout, ROLLOUT, with_for_update=True)
-    if state is None:
-        state = ManifestRollout(name=ROLLOUT, manifest=fingerprint, position=0, requeued=0, started_at=now)
-        session.add(state)
-        session.flush()
-    elif state.manifest != fingerprint:
+    insert = (postgresql if session.get_bind().dialect.name == "postgresql" else sqlite).insert(ManifestRollout)
+    session.execute(
+        insert.values(
+            name=ROLLOUT, manifest=fingerprint, position=0, requeued=0, started_at=now
+        ).on_conflict_do_nothing(index_elements=["name"])
+    )
+    state = session.get(ManifestRollout, ROLLOUT, with_for_update=True, populate_existing=True)
+    assert state is not None
+    if state.manifest != fingerprint:
         state.manifest, state.position, state.requeued, state.started_at, state.completed_at = (
             fingerprint,
             0,

@@ -62,3 +62,28 @@ def test_end_to_end_bench_prints_throughput_ratios_and_overhead() -> None:
         daemon = rf"^\[batch {size}\] ratio daemon/plain throughput: {NUMBER} from daemon start"
         assert re.search(daemon, out, re.M), out
     assert re.search(rf"^ratio overhead per card, batch 3 vs batch 2: {NUMBER} / {NUMBER} ms per card", out, re.M), out
+
+
+HISTORY_SENSORS = ("card_created_sensor", "evidence_changed_sensor", "envelope_trip_sensor")
+SMALL_HISTORY = ("--runs", "100,1000", "--reps", "2", "--warmup", "1")
+
+
+def history_ratio_lines(out: str, label: str) -> None:
+    for sensor in HISTORY_SENSORS:
+        line = rf"^\[{label}\] ratio {sensor} 1k/100: median {NUMBER}  p90 {NUMBER}"
+        assert re.search(line, out, re.M), out
+    assert re.search(rf"^\[{label}\] ratio all sensors, one round, 1k/100: median {NUMBER}", out, re.M), out
+
+
+@pytest.mark.slow
+def test_sensor_history_bench_prints_a_ratio_per_sensor_on_sqlite() -> None:
+    out = run_bench("sensor_history.py", *SMALL_HISTORY)
+    history_ratio_lines(out, "sqlite")
+    assert re.search(r"the instance reads 1,000 runs, 50 failed dispatch runs", out), out
+
+
+@pytest.mark.slow
+@pytest.mark.postgres
+def test_sensor_history_bench_prints_a_ratio_per_sensor_on_postgres() -> None:
+    out = run_bench("sensor_history.py", *SMALL_HISTORY, "--postgres")
+    history_ratio_lines(out, "postgres")

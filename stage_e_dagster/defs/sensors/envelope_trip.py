@@ -10,6 +10,7 @@ samples host load and the shared fetch window, and while any trip is open it hol
 """
 
 import json
+import time
 from datetime import datetime, timezone
 
 from dagster import (
@@ -37,9 +38,12 @@ OVERLAP_S = 120.0
 
 
 def _load_cursor(raw: str | None) -> tuple[float, dict[str, float]]:
-    """(newest update time read, {run id: update time} settled inside the overlap window)."""
+    """(newest update time read, {run id: update time} settled inside the overlap window).
+
+    A first tick starts one overlap window back, not at the start of history: it costs what any
+    tick costs, and the batches of runs that ended earlier are settled by the dispatch sensor."""
     if not raw:
-        return 0.0, {}
+        return time.time(), {}
     data = json.loads(raw)
     return float(data.get("ts", 0.0)), {str(k): float(v) for k, v in data.get("seen", {}).items()}
 
@@ -57,12 +61,8 @@ def envelope_trip_sensor(context: SensorEvaluationContext, stage_e: StageEResour
     ceilings = Ceilings.from_settings(settings)
     instance = context.instance
     newest, seen = _load_cursor(context.cursor)
-    since = newest - OVERLAP_S if newest else None
     records = instance.get_run_records(
-        filters=RunsFilter(
-            statuses=ENDED,
-            updated_after=datetime.fromtimestamp(since, tz=timezone.utc) if since else None,
-        ),
+        filters=RunsFilter(statuses=ENDED, updated_after=datetime.fromtimestamp(newest - OVERLAP_S, tz=timezone.utc)),
         order_by="update_timestamp",
         ascending=True,
         limit=RUNS_PER_TICK + len(seen),

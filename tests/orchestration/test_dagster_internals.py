@@ -1,0 +1,87 @@
+"""The Dagster internals adapter: each internal still exists and still works, and nothing else imports one.
+
+If a Dagster upgrade moves or changes an internal, these tests fail before any sensor does.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import sqlalchemy as sa
+from dagster import AssetKey, instance_for_test
+
+from stage_e_dagster.catalog.engine import session_scope
+from stage_e_dagster.catalog.models import MicroBatch
+from stage_e_dagster.definitions import defs
+from stage_e_dagster.defs import dagster_internals as internals
+from stage_e_dagster.defs.partitions import micro_batches
+from stage_e_dagster.defs.sweep import launch_sweep
+from stage_e_dagster.settings import load_settings
+
+from .conftest import Pipeline
+
+PACKAGE = Path(__file__).resolve().parents[2] / "stage_e_dagster"
+ADAPTER = Path("defs") / "dagster_internals.py"
+ASSETS = [AssetKey("stage_c_evidence"), AssetKey("stage_d_verdicts")]
+
+
+def test_the_internals_the_adapter_imports_have_the_shape_it_uses() -> None:
+    assert isinstance(defs.resolve_asset_graph(), internals.BaseAssetGraph)
+    assert internals.BulkActionStatus.REQUESTED.value == internals.REQUESTED
+    assert callable(internals.PartitionBackfill.from_asset_partitions)
+    backfill_id = internals.new_backfill_id()
+    assert backfill_id.isalpha() and backfill_id.islower() and len(backfill_id) <= 32  # fits micro_batches.backfill_id
+
+
+def test_a_backfill_submitted_through_the_adapter_reads_back_until_it_is_canceled() -> None:
+    key = "mb-20260101T000000-0000abcd"
+    with instance_for_test() as instance:
+        instance.add_dynamic_partitions(micro_batches.name, [key])
+        backfill_id = internals.new_backfill_id()
+        returned = internals.submit_asset_backfill(
+            instance,
+            defs.resolve_asset_graph(),
+            backfill_id=backfill_id,
+            partition_keys=[key],
+            asset_keys=ASSETS,
+            tags={"stage_e/dispatch": "micro-batch"},
+            title="one batch",
+            description="adapter test",
+        )
+        assert returned == backfill_id
+        backfill = instance.get_backfill(backfill_id)
+        assert backfill is not None and backfill.is_asset_backfill
+        assert backfill.tags == {"stage_e/dispatch": "micro-batch"} and backfill.title == "one batch"
+        assert set(backfill.asset_selection) == set(ASSETS)
+        assert internals.backfill_status(instance, backfill_id) == "REQUESTED"
+        assert internals.backfill_is_requested(instance, backfill_id)
+        assert internals.partition_keys_of_requested_backfills(instance) == {key}
+
+        instance.update_backfill(backfill.with_status(internals.BulkActionStatus.CANCELING))
+        assert internals.backfill_status(instance, backfill_id) == "CANCELING"
+        assert not internals.backfill_is_requested(instance, backfill_id)
+        assert internals.partition_keys_of_requested_backfills(instance) == set()
+
+        assert internals.backfill_status(instance, "nosuchid") is None
+        assert not internals.backfill_is_requested(instance, "nosuchid")
+
+
+def test_the_sweep_records_its_backfill_id_on_every_batch_it_launches(pipeline: Pipeline, monkeypatch) -> None:
+    monkeypatch.setenv("STAGE_E_STREAMING_ENABLED", "true")
+    monkeypatch.setenv("STAGE_E_MICRO_BATCH_SIZE", "4")
+    launch = launch_sweep(pipeline.instance, defs.resolve_asset_graph(), load_settings(), max_batches=10)
+    assert launch.backfill_id and launch.batch_keys
+    with session_scope(pipeline.engine) as session:
+        owners = dict(session.execute(sa.select(MicroBatch.batch_key, MicroBatch.backfill_id)).all())
+    assert owners == {key: launch.backfill_id for key in launch.batch_keys}
+    assert internals.backfill_is_requested(pipeline.instance, launch.backfill_id)
+    assert internals.partition_keys_of_requested_backfills(pipeline.instance) == set(launch.batch_keys)
+
+
+def test_only_the_adapter_imports_dagster_core() -> None:
+    offenders = sorted(
+        str(path.relative_to(PACKAGE))
+        for path in PACKAGE.rglob("*.py")
+        if "dagster._core" in path.read_text(encoding="utf-8") and path.relative_to(PACKAGE) != ADAPTER
+    )
+    assert offenders == [], f"dagster._core outside {ADAPTER}: {offenders}"
