@@ -17,7 +17,7 @@ from dagster import AssetKey, DagsterInstance
 from dagster._core.definitions.assets.graph.base_asset_graph import BaseAssetGraph
 
 # What the webserver's launch mutation builds and the backfill daemon executes; no public constructor or filter.
-from dagster._core.execution.backfill import BulkActionsFilter, BulkActionStatus, PartitionBackfill
+from dagster._core.execution.backfill import BulkActionStatus, PartitionBackfill
 
 # The id format the UI and the ``dagster/backfill`` run tag use; Dagster exports no generator for it.
 from dagster._core.utils import make_new_backfill_id
@@ -27,7 +27,6 @@ __all__ = [
     "backfill_is_requested",
     "backfill_status",
     "new_backfill_id",
-    "partition_keys_of_requested_backfills",
     "submit_asset_backfill",
 ]
 
@@ -81,16 +80,3 @@ def backfill_status(instance: DagsterInstance, backfill_id: str) -> str | None:
 def backfill_is_requested(instance: DagsterInstance, backfill_id: str) -> bool:
     """True while the daemon may still launch runs for it; a canceling, failing or ended one launches no more."""
     return backfill_status(instance, backfill_id) == REQUESTED
-
-
-def partition_keys_of_requested_backfills(instance: DagsterInstance) -> set[str]:
-    """Every partition key a requested (still launching) asset backfill targets."""
-    keys: set[str] = set()
-    for backfill in instance.get_backfills(filters=BulkActionsFilter(statuses=[BulkActionStatus.REQUESTED])):
-        data = backfill.asset_backfill_data
-        if data is None:
-            continue
-        for asset_partition in data.target_subset.iterate_asset_partitions():
-            if asset_partition.partition_key:
-                keys.add(asset_partition.partition_key)
-    return keys

@@ -29,7 +29,9 @@ ACTIVE_STATUSES = [
 
 
 def pool_limit(instance: DagsterInstance) -> int | None:
-    return instance.event_log_storage.get_concurrency_info(DISPATCH_POOL).slot_count
+    """The pool's own limit; ``None`` while it has none and the instance's ``default_limit`` applies."""
+    info = instance.event_log_storage.get_concurrency_info(DISPATCH_POOL)
+    return None if info.using_default_limit else info.slot_count
 
 
 def _set_pool_limit(instance: DagsterInstance, limit: int | None) -> None:
@@ -93,7 +95,8 @@ def apply_pool_setting(instance: DagsterInstance, engine: sa.Engine, cap: int) -
         if control.held_at is not None:
             return 0
         current = pool_limit(instance)
-        if control.applied_limit is None or (current == control.applied_limit and cap != current):
+        # No limit of its own (a new or reset instance), or still ours: the setting applies.
+        if current is None or control.applied_limit is None or (current == control.applied_limit and cap != current):
             _set_pool_limit(instance, cap)
             control.applied_limit = cap
             return cap

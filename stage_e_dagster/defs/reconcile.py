@@ -19,6 +19,7 @@ from ..catalog.models import MicroBatch
 from ..dispatch.batches import fail_and_retry, renew_lease, request_again
 from ..dispatch.sweep import SWEEP_TRIGGER
 from ..settings import Settings
+from .dagster_internals import backfill_is_requested
 from .hold import ACTIVE_STATUSES
 from .run_ends import ENDED, settle_run_end
 from .tags import PARTITION_TAG
@@ -69,10 +70,9 @@ def _runs_by_batch(instance: DagsterInstance, keys: list[str]) -> dict[str, list
 
 
 def _backfill_launching(instance: DagsterInstance, backfill_id: str, seen: dict[str, bool]) -> bool:
-    """Whether the sweep's backfill may still launch runs (``instance.get_backfill``; status read by value)."""
+    """Whether the sweep's backfill may still launch runs (read once per tick per backfill)."""
     if backfill_id not in seen:
-        backfill = instance.get_backfill(backfill_id)
-        seen[backfill_id] = backfill is not None and backfill.status.value == "REQUESTED"
+        seen[backfill_id] = backfill_is_requested(instance, backfill_id)
     return seen[backfill_id]
 
 

@@ -55,12 +55,10 @@ def test_a_backfill_submitted_through_the_adapter_reads_back_until_it_is_cancele
         assert set(backfill.asset_selection) == set(ASSETS)
         assert internals.backfill_status(instance, backfill_id) == "REQUESTED"
         assert internals.backfill_is_requested(instance, backfill_id)
-        assert internals.partition_keys_of_requested_backfills(instance) == {key}
 
         instance.update_backfill(backfill.with_status(internals.BulkActionStatus.CANCELING))
         assert internals.backfill_status(instance, backfill_id) == "CANCELING"
         assert not internals.backfill_is_requested(instance, backfill_id)
-        assert internals.partition_keys_of_requested_backfills(instance) == set()
 
         assert internals.backfill_status(instance, "nosuchid") is None
         assert not internals.backfill_is_requested(instance, "nosuchid")
@@ -75,7 +73,6 @@ def test_the_sweep_records_its_backfill_id_on_every_batch_it_launches(pipeline: 
         owners = dict(session.execute(sa.select(MicroBatch.batch_key, MicroBatch.backfill_id)).all())
     assert owners == {key: launch.backfill_id for key in launch.batch_keys}
     assert internals.backfill_is_requested(pipeline.instance, launch.backfill_id)
-    assert internals.partition_keys_of_requested_backfills(pipeline.instance) == set(launch.batch_keys)
 
 
 def test_only_the_adapter_imports_dagster_core() -> None:

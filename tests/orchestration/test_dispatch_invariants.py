@@ -280,3 +280,26 @@ def test_an_operators_pool_limit_survives_ticks_and_a_hold(pipeline: Pipeline) -
         acknowledge_trip(session, trip_id, note="done", by="ops")
     pipeline.tick("card_created_sensor")
     assert pool_limit(pipeline.instance) == 5
+
+
+def test_a_hold_on_a_pool_with_no_limit_of_its_own_gives_the_default_back(pipeline: Pipeline) -> None:
+    """Before any tick the pool runs on the instance's ``default_limit``: a hold must not leave it at 0."""
+    assert pool_limit(pipeline.instance) is None
+    with session_scope(pipeline.engine) as session:
+        trip_id = open_trip(session, "manual", {"note": "before the first tick"}).trip_id
+    pipeline.tick("card_created_sensor")
+    assert pool_limit(pipeline.instance) == 0
+    with session_scope(pipeline.engine) as session:
+        acknowledge_trip(session, trip_id, note="done", by="ops")
+    assert requests_of(pipeline.tick("card_created_sensor"))
+    assert pool_limit(pipeline.instance) == 2
+
+
+def test_a_pool_whose_limit_was_deleted_gets_the_setting_again(pipeline: Pipeline) -> None:
+    pipeline.tick("card_created_sensor")
+    assert pool_limit(pipeline.instance) == 2
+    pipeline.instance.event_log_storage.delete_concurrency_limit(DISPATCH_POOL)  # a new or reset instance
+    with session_scope(pipeline.engine) as session:  # the catalogue still says what it applied before
+        session.execute(sa.text("DELETE FROM card_claims"))
+    assert requests_of(pipeline.tick("card_created_sensor"))
+    assert pool_limit(pipeline.instance) == 2
