@@ -75,5 +75,11 @@ class Card(Base):
     stage_c_attempts: Mapped[int] = mapped_column(
         sa.Integer, default=0, server_default="0", comment="transient fetch failures for the present image"
     )
+    next_eligible_at: Mapped[datetime | None] = mapped_column(
+        comment="a throttled card (429/503) is not batched again before this time"
+    )
+    throttle_count: Mapped[int] = mapped_column(
+        sa.Integer, default=0, server_default="0", comment="429/503 answers in a row for the present image"
+    )
     created_at: Mapped[created_at]
     updated_at: Mapped[datetime | None] = mapped_column(onupdate=utcnow)

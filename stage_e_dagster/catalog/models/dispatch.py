@@ -102,3 +102,10 @@ class PoolControl(Base):
     held_at: Mapped[datetime | None]
     held_from: Mapped[int | None] = mapped_column(sa.Integer, comment="the limit before the hold; NULL: none")
     trip_id: Mapped[str | None] = mapped_column(sa.String(48))
+    governed_limit: Mapped[int | None] = mapped_column(
+        sa.Integer, comment="dispatch concurrency the host-load governor allows now (1 .. the cap)"
+    )
+    over_hard_since: Mapped[datetime | None] = mapped_column(
+        comment="since when load has stayed over the hard bar with the governor at its floor"
+    )
+    governed_at: Mapped[datetime | None] = mapped_column(comment="the governor's last decision")

@@ -46,6 +46,9 @@ class EnvelopeTrip(Base):
     acknowledged_at: Mapped[datetime | None]
     acknowledged_by: Mapped[str | None] = mapped_column(sa.String(120))
     acknowledged_note: Mapped[str | None] = mapped_column(sa.Text)
+    window_floor_id: Mapped[int | None] = mapped_column(
+        sa.BigInteger, comment="newest fetch outcome at the ack: outcomes up to it no longer count toward a bar"
+    )
 
 
 class FetchOutcome(Base):
