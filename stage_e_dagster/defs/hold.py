@@ -12,12 +12,12 @@ from __future__ import annotations
 
 import sqlalchemy as sa
 from dagster import DagsterInstance, DagsterRun, DagsterRunStatus, RunsFilter
-from sqlalchemy.dialects import postgresql, sqlite
 
 from ..catalog.base import utcnow
 from ..catalog.engine import session_scope
 from ..catalog.models import PoolControl
 from ..dispatch.batches import abandon
+from ..dispatch.governing import pool_control
 from .tags import DISPATCH_POOL, DISPATCH_TAG, PARTITION_TAG
 
 ACTIVE_STATUSES = [
@@ -52,17 +52,11 @@ def active_dispatch_runs(instance: DagsterInstance, statuses: list[DagsterRunSta
     return [run for run in runs if is_dispatch_run(run)]
 
 
-def _control(session: sa.orm.Session) -> PoolControl:
-    insert = (postgresql if session.get_bind().dialect.name == "postgresql" else sqlite).insert
-    session.execute(insert(PoolControl).values(pool=DISPATCH_POOL).on_conflict_do_nothing(index_elements=["pool"]))
-    return session.get(PoolControl, DISPATCH_POOL, with_for_update=True, populate_existing=True)
-
-
 def hold_dispatch(instance: DagsterInstance, engine: sa.Engine, *, trip_id: str, reason: str) -> int:
     """Pool to 0 (remembering the limit it had) and cancel every queued dispatch run; returns how many
     runs were cancelled. Taking the hold is a compare-and-set on the catalogue row."""
     with session_scope(engine) as session:
-        control = _control(session)
+        control = pool_control(session, DISPATCH_POOL)
         if control.held_at is None:
             control.held_at, control.held_from, control.trip_id = utcnow(), pool_limit(instance), trip_id
     _set_pool_limit(instance, 0)
@@ -91,7 +85,7 @@ def release_hold(instance: DagsterInstance, engine: sa.Engine) -> bool:
 def apply_pool_setting(instance: DagsterInstance, engine: sa.Engine, cap: int) -> int | None:
     """Set the pool to ``cap`` unless an operator changed it since this project last did; returns the limit."""
     with session_scope(engine) as session:
-        control = _control(session)
+        control = pool_control(session, DISPATCH_POOL)
         if control.held_at is not None:
             return 0
         current = pool_limit(instance)

@@ -6,16 +6,22 @@ import os
 
 from sqlalchemy.orm import Session
 
+from ..settings import usable_cpus
 from .bars import Ceilings, EnvelopeSignals
 from .fetch_window import window_counts
 
 
 def host_load() -> float | None:
-    """The host's 1-minute load average, or ``None`` where the platform has none."""
+    """The 1-minute load average as this process sees it, or ``None`` where the platform has none.
+
+    Where a cgroup quota or CPU affinity gives the process fewer CPUs than the host has, the host's
+    load is scaled to that share, so it compares with a ceiling in this process's CPUs."""
     try:
-        return os.getloadavg()[0]
+        load = os.getloadavg()[0]
     except OSError:
         return None
+    host_cpus = float(os.cpu_count() or 1)
+    return load * min(1.0, usable_cpus() / host_cpus)
 
 
 def _proc_status_mb(field: str) -> float | None:
@@ -48,10 +54,11 @@ def peak_rss_mb() -> float | None:
 
 
 def sample_signals(session: Session, ceilings: Ceilings, *, rss_mb: float | None = None) -> EnvelopeSignals:
-    """A fresh sample: host load now, the shared fetch window, and the RSS the caller measured (if any)."""
+    """A fresh sample for the bars that trip on one reading: the shared fetch window and the RSS the
+    caller measured (if any). Host load is not among them: the governor steers it (``governor``)."""
     counts = window_counts(session, ceilings.fetch_failure_window)
     return EnvelopeSignals(
-        host_load=host_load(),
+        host_load=None,
         rss_mb=rss_mb,
         fetch_failures=counts.failures,
         fetch_total=counts.total,

@@ -11,7 +11,7 @@ from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.orm import Session
 
 from ..catalog.base import utcnow
-from ..catalog.models import TRIP_BARS, EnvelopeTrip
+from ..catalog.models import TRIP_BARS, EnvelopeTrip, FetchOutcome
 from .bars import Ceilings, EnvelopeSignals, first_breach
 
 
@@ -119,5 +119,7 @@ def acknowledge_trip(session: Session, trip_id: str, *, note: str, by: str) -> E
     trip.acknowledged_at = utcnow()
     trip.acknowledged_by = by
     trip.acknowledged_note = note.strip()
+    # What tripped the bar before the ack no longer counts: only outcomes after it fill the window.
+    trip.window_floor_id = session.execute(sa.select(sa.func.max(FetchOutcome.id))).scalar_one_or_none() or 0
     session.flush()
     return trip

@@ -58,17 +58,6 @@ def test_failure_rate_over_the_bar_trips_and_every_dispatch_sensor_skips(pipelin
         assert "fetch_failure_rate" in skip_text(pipeline.tick(name))
 
 
-def test_host_load_over_the_bar_trips_in_the_dispatch_sensor_itself(pipeline: Pipeline, monkeypatch) -> None:
-    monkeypatch.setenv("STAGE_E_HOST_LOAD_CEILING", "0")
-    text = skip_text(pipeline.tick("card_created_sensor"))
-    assert "crossed host_load" in text
-    assert [bar for bar, _ in open_trips(pipeline)] == ["host_load"]
-    # The next tick sees the open trip; it does not open another one.
-    assert "is open" in skip_text(pipeline.tick("card_created_sensor"))
-    pipeline.tick("envelope_trip_sensor")
-    assert len(open_trips(pipeline)) == 1
-
-
 def test_a_run_whose_peak_rss_crosses_the_bar_opens_one_trip(pipeline: Pipeline, monkeypatch) -> None:
     request = pipeline.tick("card_created_sensor").run_requests[0]
     # In process, the "worker" is this test process: raise its high-water mark 300 MB above its

@@ -21,6 +21,7 @@ from ...dispatch.guard import FLAG_OFF, check_gate
 from ...dispatch.sizing import MAX_BATCHES_PER_TICK, plan_for_tick
 from ...settings import Settings
 from ...stage_c.rollout import rollout_step
+from ..governor import governor_observation, has_unclaimed, steer_by_load
 from ..hold import active_dispatch_runs, apply_pool_setting, hold_dispatch, release_hold
 from ..partitions import micro_batches
 from ..reconcile import Reconciled, reconcile
@@ -74,6 +75,14 @@ def dispatch_tick(
             notes.append(f"extractor manifest rollout: {step.requeued} card(s) back in the Stage C backlog")
         done = reconcile(instance, engine, settings, now=now)
     requeue = done.requests[:MAX_BATCHES_PER_TICK]
+    if requeue or has_unclaimed(engine, predicate, now=now):
+        steering = steer_by_load(engine, settings, cap=cap, now=now)
+        if steering.trip_id is not None:
+            return SkipReason(f"{steering.governed.reason}: opened trip {steering.trip_id}")
+        if steering.changed:
+            notes.append(steering.governed.reason)
+            done.observations.append(governor_observation(steering))
+        cap = min(cap, steering.governed.limit) if cap is not None else steering.governed.limit
     in_flight = len(active_dispatch_runs(instance))
     plan = plan_for_tick(settings, in_flight_runs=in_flight + len(requeue), cap=cap)
     plan = replace(plan, max_batches=min(plan.max_batches, MAX_BATCHES_PER_TICK - len(requeue)))
@@ -92,7 +101,7 @@ def dispatch_tick(
     notes += done.notes
     if not batches:
         if plan.max_batches == 0 and not requeue:
-            reason = f"{in_flight} dispatch run(s) in flight, at the pool limit of {cap}"
+            reason = f"{in_flight} dispatch run(s) in flight, at the governed limit of {cap}"
         else:
             reason = f"no unclaimed cards waiting for {trigger_reason}" + (
                 f" (newest seen id {cursor})" if use_cursor else ""

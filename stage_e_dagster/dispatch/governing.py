@@ -1,0 +1,61 @@
+"""Applying the host-load governor's decision to the shared state, once per tick with work to dispatch.
+
+The governed concurrency lives in the catalogue (``pool_controls``), read and written under a row
+lock, so every sensor and daemon steers the same number. A load sample is taken only when there is
+work to dispatch: an idle system with a busy neighbour opens no trip.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime
+
+from sqlalchemy.dialects import postgresql, sqlite
+from sqlalchemy.orm import Session
+
+from ..catalog.models import PoolControl
+from ..envelope.governor import Bars, Governed, govern
+from ..envelope.trips import open_trip
+from ..settings import Settings
+
+
+@dataclass(frozen=True)
+class Steering:
+    governed: Governed
+    changed: bool
+    trip_id: str | None
+
+
+def pool_control(session: Session, pool: str) -> PoolControl:
+    """The pool's control row, created if missing, locked for this transaction."""
+    insert = (postgresql if session.get_bind().dialect.name == "postgresql" else sqlite).insert
+    session.execute(insert(PoolControl).values(pool=pool).on_conflict_do_nothing(index_elements=["pool"]))
+    control = session.get(PoolControl, pool, with_for_update=True, populate_existing=True)
+    assert control is not None
+    return control
+
+
+def steer(session: Session, settings: Settings, *, pool: str, load: float, cap: int, now: datetime) -> Steering:
+    """Record the governor's decision for this sample; opens a ``host_load`` trip when steering failed."""
+    control = pool_control(session, pool)
+    bars = Bars(settings.host_load_soft_bar, settings.host_load_ceiling, cap, settings.host_load_trip_after_s)
+    decision = govern(load, bars, current=control.governed_limit, over_hard_since=control.over_hard_since, now=now)
+    changed = decision.limit != control.governed_limit
+    control.governed_limit, control.over_hard_since, control.governed_at = decision.limit, decision.over_hard_since, now
+    trip_id = None
+    if decision.trip:
+        detail = {
+            "observed": load,
+            "ceiling": settings.host_load_ceiling,
+            "soft": bars.soft,
+            "at_floor_since": decision.over_hard_since.isoformat() if decision.over_hard_since else None,
+            "sustained_s": settings.host_load_trip_after_s,
+        }
+        trip_id = open_trip(session, "host_load", detail).trip_id
+        control.over_hard_since = None  # a new trip after the ack needs a new sustained period
+    return Steering(decision, changed, trip_id)
+
+
+def governed_limit(session: Session, pool: str) -> int | None:
+    control = session.get(PoolControl, pool)
+    return None if control is None else control.governed_limit
