@@ -92,3 +92,7 @@ def ack_command(
     except TripError as exc:
         raise CliError(str(exc)) from exc
     typer.echo(summary)
+    typer.echo(
+        "fetch outcomes recorded before this acknowledgement no longer count toward any bar: "
+        "a new trip needs new failures (or load still over the hard bar after steering)"
+    )
