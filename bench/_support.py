@@ -1,10 +1,16 @@
-"""Helpers the dispatch benchmarks share: a throwaway PostgreSQL database, the environment a tick
-or run reads, and the summary statistics they print. Not part of the library."""
+"""Helpers the dispatch benchmarks share: a throwaway PostgreSQL database, a seeded corpus to copy,
+the environment a tick, run or daemon reads, a daemon child process, and the summary statistics
+they print. Not part of the library."""
 
 from __future__ import annotations
 
 import os
+import shutil
+import signal
 import statistics
+import subprocess
+import sys
+import time
 import uuid
 from contextlib import contextmanager
 from pathlib import Path
@@ -12,6 +18,14 @@ from typing import Iterator, Sequence
 
 import sqlalchemy as sa
 
+from stage_e_dagster.catalog.backlog import STAGE_C_PENDING, STAGE_D_PENDING
+from stage_e_dagster.catalog.engine import make_engine
+from stage_e_dagster.catalog.migrate import upgrade
+from stage_e_dagster.catalog.models import Card, MicroBatch
+from stage_e_dagster.corpus.seed import seed_corpus
+from stage_e_dagster.defs.instance import EMBEDDED_INSTANCE_YAML, PROJECT_ROOT, WORKSPACE_YAML
+
+BIN = Path(sys.executable).parent
 PG_SERVER = os.environ.get("STAGE_E_BENCH_PG_URL", "postgresql+psycopg2://postgres@127.0.0.1:5432/postgres")
 
 
@@ -75,3 +89,85 @@ def short_count(n: int) -> str:
             value = n / size
             return f"{value:g}{suffix}"
     return str(n)
+
+
+def seed_template(folder: Path, cards: int, seed: int) -> tuple[Path, Path]:
+    """A migrated SQLite catalogue with ``cards`` seeded cards, and the corpus folder holding their images.
+
+    Seeding renders every image, so it is done once; each arm of a benchmark drains its own copy
+    (:func:`fresh_copy`) and reads the same images."""
+    path = folder / "template.sqlite"
+    engine = make_engine(f"sqlite:///{path}")
+    upgrade(engine)
+    started = time.perf_counter()
+    summary = seed_corpus(engine, folder / "corpus", cards=cards, seed=seed)
+    engine.dispose()
+    print(f"seeded {summary.cards} cards ({summary.printings} printings, broken {summary.broken}) "
+          f"in {time.perf_counter() - started:.1f} s", flush=True)
+    return path, summary.images_dir.parent
+
+
+def fresh_copy(template: Path, folder: Path, name: str) -> str:
+    """A copy of the template catalogue for one arm; returns its URL."""
+    target = folder / f"{name}.sqlite"
+    shutil.copy(template, target)
+    return f"sqlite:///{target}"
+
+
+def plain_engine(url: str) -> sa.Engine:
+    """An engine without the catalogue's ``BEGIN IMMEDIATE``: reads take no write lock, so polling
+    the catalogue does not queue the writers being measured; also what an outside writer uses."""
+    return sa.create_engine(url, connect_args={"timeout": 30})
+
+
+def backlog(engine: sa.Engine) -> tuple[int, int]:
+    """Cards waiting for Stage C or Stage D, and micro-batches pending or running: (0, 0) is drained."""
+    with engine.connect() as conn:
+        waiting = conn.execute(sa.select(sa.func.count()).select_from(Card).where(
+            sa.or_(STAGE_C_PENDING, STAGE_D_PENDING))).scalar_one()
+        in_flight = conn.execute(sa.select(sa.func.count()).select_from(MicroBatch).where(
+            MicroBatch.status.in_(("pending", "running")))).scalar_one()
+    return waiting, in_flight
+
+
+def child_environment(home: Path, **overrides: str) -> dict[str, str]:
+    """The environment for a ``dagster-daemon`` or ``stage-e`` child: this process's ``STAGE_E_*``
+    settings, its own ``DAGSTER_HOME`` (given the project's ``dagster.yaml``) and ``overrides``."""
+    home.mkdir(parents=True, exist_ok=True)
+    shutil.copyfile(EMBEDDED_INSTANCE_YAML, home / "dagster.yaml")
+    env = {k: v for k, v in os.environ.items() if not k.startswith("DAGSTER_")}
+    return env | {"DAGSTER_HOME": str(home)} | overrides
+
+
+def _default_signals() -> None:
+    # A shell that started this benchmark in the background may have left SIGINT ignored, and the
+    # child would inherit that; its own process group lets the stop reach every process it starts.
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    os.setpgrp()
+
+
+@contextmanager
+def running_daemon(env: dict[str, str], log_path: Path) -> Iterator[subprocess.Popen[bytes]]:
+    """``dagster-daemon run`` on the project's workspace; stopped on exit (SIGTERM to its process
+    group, SIGKILL after 30 s), which also ends its code server and any run worker still going."""
+    with open(log_path, "ab") as log:
+        daemon = subprocess.Popen([str(BIN / "dagster-daemon"), "run", "-w", str(WORKSPACE_YAML)], env=env,
+                                  cwd=PROJECT_ROOT, stdout=log, stderr=subprocess.STDOUT,
+                                  preexec_fn=_default_signals)
+    try:
+        yield daemon
+    finally:
+        _signal_group(daemon.pid, signal.SIGTERM)
+        try:
+            daemon.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            _signal_group(daemon.pid, signal.SIGKILL)
+            daemon.wait()
+
+
+def _signal_group(pgid: int, signum: int) -> None:
+    try:
+        os.killpg(pgid, signum)
+    except ProcessLookupError:  # the whole group has already exited
+        pass

@@ -36,7 +36,6 @@ import argparse
 import json
 import os
 import shutil
-import signal
 import subprocess
 import sys
 import tempfile
@@ -48,13 +47,21 @@ import sqlalchemy as sa
 from dagster import DagsterEventType, DagsterInstance, DagsterRunStatus, RunsFilter, SensorResult, build_sensor_context
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _support import median, streaming_environment  # noqa: E402
+from _support import (  # noqa: E402
+    PROJECT_ROOT,
+    backlog,
+    child_environment,
+    fresh_copy,
+    median,
+    plain_engine,
+    running_daemon,
+    seed_template,
+    streaming_environment,
+)
 
 from stage_e_dagster.catalog.base import utcnow  # noqa: E402
-from stage_e_dagster.catalog.engine import engine_for, make_engine, session_scope  # noqa: E402
-from stage_e_dagster.catalog.migrate import upgrade  # noqa: E402
+from stage_e_dagster.catalog.engine import engine_for, session_scope  # noqa: E402
 from stage_e_dagster.catalog.models import Card, MicroBatch  # noqa: E402
-from stage_e_dagster.corpus.seed import seed_corpus  # noqa: E402
 from stage_e_dagster.definitions import defs  # noqa: E402
 from stage_e_dagster.defs.instance import EMBEDDED_INSTANCE_YAML  # noqa: E402
 from stage_e_dagster.defs.partitions import micro_batches  # noqa: E402
@@ -65,7 +72,6 @@ from stage_e_dagster.stage_c.fetch import ImageFetcher  # noqa: E402
 from stage_e_dagster.stage_c.run import run_stage_c  # noqa: E402
 from stage_e_dagster.stage_d.run import run_stage_d  # noqa: E402
 
-PROJECT_ROOT = Path(__file__).resolve().parents[1]
 DAGSTER_CLI = Path(sys.executable).with_name("dagster")
 # The run's events still go to the instance's event log; only the console echo of them is dropped.
 QUIET_CONSOLE = {"loggers": {"console": {"config": {"log_level": "CRITICAL"}}}}
@@ -92,25 +98,6 @@ class SizeResult:
     @property
     def cards(self) -> int:
         return sum(len(b.card_ids) for b in self.batches)
-
-
-def seed_template(folder: Path, cards: int, seed: int) -> tuple[Path, Path]:
-    """A migrated SQLite catalogue with ``cards`` seeded cards and their images; copied per arm."""
-    path = folder / "template.sqlite"
-    engine = make_engine(f"sqlite:///{path}")
-    upgrade(engine)
-    started = time.perf_counter()
-    summary = seed_corpus(engine, folder / "corpus", cards=cards, seed=seed)
-    engine.dispose()
-    print(f"seeded {summary.cards} cards ({summary.printings} printings, broken {summary.broken}) "
-          f"in {time.perf_counter() - started:.1f} s", flush=True)
-    return path, summary.images_dir.parent
-
-
-def fresh_copy(template: Path, folder: Path, name: str) -> str:
-    target = folder / f"{name}.sqlite"
-    shutil.copy(template, target)
-    return f"sqlite:///{target}"
 
 
 def make_instance(home: Path) -> DagsterInstance:
@@ -265,9 +252,9 @@ def run_size(template: Path, folder: Path, instance: DagsterInstance, home: Path
 
 def check_all_processed(*urls: str) -> None:
     for url in urls:
-        with session_scope(engine_for(url)) as session:
-            left = session.execute(sa.select(sa.func.count()).select_from(Card).where(
-                sa.or_(Card.stage_c_pending, Card.stage_d_pending))).scalar_one()
+        reader = plain_engine(url)
+        left, _ = backlog(reader)
+        reader.dispose()
         if left:
             raise SystemExit(f"{left} cards still pending in {url}: the arms did not do the same work")
 
@@ -294,27 +281,16 @@ def daemon_arm(template: Path, folder: Path, batch_size: int, concurrency: int,
     """
     url = fresh_copy(template, folder, f"daemon-{batch_size}")
     home = folder / f"dagster_home_daemon_{batch_size}"
-    home.mkdir()
-    shutil.copyfile(EMBEDDED_INSTANCE_YAML, home / "dagster.yaml")
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("STAGE_E_", "DAGSTER_"))}
-    env.update({k: v for k, v in os.environ.items() if k.startswith("STAGE_E_")})
-    env.update({"DAGSTER_HOME": str(home), "STAGE_E_DATABASE_URL": url, "STAGE_E_MICRO_BATCH_SIZE": str(batch_size),
-                "STAGE_E_MAX_CONCURRENT_DISPATCHES": str(concurrency)})
+    env = child_environment(home, STAGE_E_DATABASE_URL=url, STAGE_E_MICRO_BATCH_SIZE=str(batch_size),
+                            STAGE_E_MAX_CONCURRENT_DISPATCHES=str(concurrency))
     engine = engine_for(url)
+    reader = plain_engine(url)
     instance = DagsterInstance.from_config(str(home))
     log_path = folder / f"daemon-{batch_size}.log"
     started = time.perf_counter()
-    with open(log_path, "ab") as log:
-        daemon = subprocess.Popen([str(DAGSTER_CLI.with_name("dagster-daemon")), "run", "-w", "workspace.yaml"],
-                                  env=env, cwd=PROJECT_ROOT, stdout=log, stderr=subprocess.STDOUT,
-                                  start_new_session=True)
-    try:
+    with running_daemon(env, log_path) as daemon:
         while True:
-            with session_scope(engine) as session:
-                waiting = session.execute(sa.select(sa.func.count()).select_from(Card).where(
-                    sa.or_(Card.stage_c_pending, Card.stage_d_pending))).scalar_one()
-                in_flight = session.execute(sa.select(sa.func.count()).select_from(MicroBatch).where(
-                    MicroBatch.status.in_(("pending", "running")))).scalar_one()
+            waiting, in_flight = backlog(reader)
             if waiting == 0 and in_flight == 0 and instance.get_runs_count(RunsFilter(statuses=ACTIVE)) == 0:
                 break
             if daemon.poll() is not None or time.perf_counter() - started > timeout_s:
@@ -322,13 +298,7 @@ def daemon_arm(template: Path, folder: Path, batch_size: int, concurrency: int,
                                  f"{log_path.read_text()[-3000:]}")
             time.sleep(0.25)
         wall = time.perf_counter() - started
-    finally:
-        os.killpg(daemon.pid, signal.SIGTERM)
-        try:
-            daemon.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            os.killpg(daemon.pid, signal.SIGKILL)
-            daemon.wait()
+    reader.dispose()
     records = sorted(instance.get_run_records(RunsFilter(tags={"stage_e/dispatch": "micro-batch"})),
                      key=lambda r: r.create_timestamp)
     with session_scope(engine) as session:

@@ -17,6 +17,24 @@ _TRUE = {"1", "true", "yes", "on"}
 _FALSE = {"0", "false", "no", "off", ""}
 
 
+def usable_cpus() -> float:
+    """CPUs this process may use: its CPU affinity, capped by a cgroup v2 quota (``cpu.max``) where set.
+
+    In a container the host's CPU count says nothing about what the pod may use, so the envelope's
+    defaults come from this."""
+    try:
+        count = float(len(os.sched_getaffinity(0)))
+    except (AttributeError, OSError):
+        count = float(os.cpu_count() or 1)
+    try:
+        quota, period = Path("/sys/fs/cgroup/cpu.max").read_text().split()[:2]
+        if quota != "max":
+            count = min(count, max(float(quota) / float(period), 1.0))
+    except (OSError, ValueError):
+        pass
+    return count
+
+
 class SettingsError(ValueError):
     """A ``STAGE_E_*`` variable holds a value the project cannot use."""
 
@@ -26,9 +44,12 @@ class Settings:
     streaming_enabled: bool = False
     state_dir: Path = field(default_factory=lambda: Path(".state").resolve())
     database_url: str = ""
-    micro_batch_size: int = 25
+    micro_batch_size: int | None = None  # None: batches sized by work (batch_target_s); set: a fixed count
+    batch_target_s: float = 30.0
     max_concurrent_dispatches: int = 2
-    host_load_ceiling: float = float(os.cpu_count() or 1)
+    host_load_ceiling: float = field(default_factory=usable_cpus)
+    host_load_soft: float | None = None  # None: 3/4 of the hard bar
+    host_load_trip_after_s: float = 120.0
     rss_mb_ceiling: float = 512.0
     fetch_failure_rate_ceiling: float = 0.01
     fetch_failure_window: int = 500
@@ -41,6 +62,11 @@ class Settings:
     max_batch_attempts: int = 3
     run_max_runtime_s: int = 1800
     retention_days: int = 7
+
+    @property
+    def host_load_soft_bar(self) -> float:
+        """Below it the governor allows more dispatch concurrency; between it and the hard bar, it holds."""
+        return self.host_load_soft if self.host_load_soft is not None else 0.75 * self.host_load_ceiling
 
     @property
     def dagster_home(self) -> Path:
@@ -101,15 +127,20 @@ def load_settings(environ: Mapping[str, str] | None = None) -> Settings:
     raw_enabled = env.get("STAGE_E_STREAMING_ENABLED")
     roots_raw = get("STAGE_E_IMAGE_ROOTS")
     hosts_raw = get("STAGE_E_FETCH_ALLOWED_HOSTS")
-    return Settings(
+    settings = Settings(
         streaming_enabled=(_parse_bool("STAGE_E_STREAMING_ENABLED", raw_enabled) if raw_enabled is not None else False),
         state_dir=state_dir,
         database_url=get("STAGE_E_DATABASE_URL") or default_database_url(state_dir),
-        micro_batch_size=number("STAGE_E_MICRO_BATCH_SIZE", int, defaults.micro_batch_size, 1),
+        micro_batch_size=number("STAGE_E_MICRO_BATCH_SIZE", int, None, 1),  # type: ignore[arg-type]
+        batch_target_s=number("STAGE_E_BATCH_TARGET_S", float, defaults.batch_target_s, 1),
         max_concurrent_dispatches=number(
             "STAGE_E_MAX_CONCURRENT_DISPATCHES", int, defaults.max_concurrent_dispatches, 1
         ),
         host_load_ceiling=number("STAGE_E_HOST_LOAD_CEILING", float, defaults.host_load_ceiling, 0),
+        host_load_soft=number("STAGE_E_HOST_LOAD_SOFT", float, None, 0),  # type: ignore[arg-type]
+        host_load_trip_after_s=number(
+            "STAGE_E_HOST_LOAD_TRIP_AFTER_S", float, defaults.host_load_trip_after_s, 0
+        ),
         rss_mb_ceiling=number("STAGE_E_RSS_MB_CEILING", float, defaults.rss_mb_ceiling, 0),
         fetch_failure_rate_ceiling=number(
             "STAGE_E_FETCH_FAILURE_RATE_CEILING", float, defaults.fetch_failure_rate_ceiling, 0, 1
@@ -129,3 +160,9 @@ def load_settings(environ: Mapping[str, str] | None = None) -> Settings:
         run_max_runtime_s=number("STAGE_E_RUN_MAX_RUNTIME_S", int, defaults.run_max_runtime_s, 1),
         retention_days=number("STAGE_E_RETENTION_DAYS", int, defaults.retention_days, 1),
     )
+    if settings.host_load_soft_bar > settings.host_load_ceiling:
+        raise SettingsError(
+            f"STAGE_E_HOST_LOAD_SOFT={settings.host_load_soft_bar:g} must not be above "
+            f"STAGE_E_HOST_LOAD_CEILING={settings.host_load_ceiling:g}"
+        )
+    return settings

@@ -114,5 +114,9 @@ def bulk(
         typer.echo(json.dumps(result, sort_keys=True))
     else:
         typer.echo(" ".join(f"{k}={v}" for k, v in result.items()))
+        refused = result.get("config_refused") or (result.get("stage_c") or {}).get("config_refused")
+        if refused:
+            typer.echo(f"note: {refused} card(s) refused by the settings stay in the backlog; the warnings above "
+                       "name the variable to fix (STAGE_E_IMAGE_ROOTS or STAGE_E_FETCH_ALLOWED_HOSTS)", err=True)
     if result.get("lockout"):
         raise typer.Exit(code=2)

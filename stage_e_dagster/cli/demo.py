@@ -32,8 +32,8 @@ from .context import catalog_engine, settings
 from .errors import CliError
 
 DEMO_LOAD_FACTOR = 3
-# Broken uploads in the demo corpus: enough to show their named outcomes, few enough that a few
-# hundred cards stay under the fetch-failure bar (the 6th failure in 500 fetches trips it).
+# Broken uploads in the demo corpus, to show their named outcomes. They are the cards' own problem
+# (``rejected``), so they never count toward the fetch-failure bar.
 DEMO_BROKEN_SHARE = 0.02
 
 

@@ -52,7 +52,10 @@ def launch_sweep(
         if not verdict.allowed:
             raise SweepRefused(verdict.reason)
         walk = walk_backlog(
-            session, plan_for_sweep(settings, max_batches=max_batches), now=utcnow(), claim_ttl_s=settings.claim_ttl_s
+            session,
+            plan_for_sweep(settings, max_batches=max_batches, session=session),
+            now=utcnow(),
+            claim_ttl_s=settings.claim_ttl_s,
         )
         for batch in walk.batches:
             batch.backfill_id = backfill_id

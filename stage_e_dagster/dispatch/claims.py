@@ -29,15 +29,21 @@ def unclaimed_query(
     after_id: int = 0,
     exclude: Sequence[int] = (),
 ) -> sa.Select[tuple[int]]:
-    """Ids matching ``predicate`` above ``after_id``, in id order, that no live claim holds.
+    """Ids matching ``predicate`` above ``after_id``, in id order, that no live claim holds and that
+    are not backing off (a throttled or settings-refused card waits until its ``next_eligible_at``).
 
     With a backlog predicate it reads that backlog's partial index in id order, so its cost
-    follows ``limit`` (plus the claims in flight), never the size of the catalogue.
+    follows ``limit`` (plus the claims in flight and the cards backing off), never the size of the catalogue.
     """
     query = (
         sa.select(Card.id)
         .outerjoin(CardClaim, CardClaim.card_id == Card.id)
-        .where(predicate, Card.id > after_id, sa.or_(CardClaim.card_id.is_(None), CardClaim.expires_at <= now))
+        .where(
+            predicate,
+            Card.id > after_id,
+            sa.or_(CardClaim.card_id.is_(None), CardClaim.expires_at <= now),
+            sa.or_(Card.next_eligible_at.is_(None), Card.next_eligible_at <= now),
+        )
         .order_by(Card.id)
         .limit(limit)
     )

@@ -22,6 +22,8 @@ STAGE_C_FIELDS = (
     "stage_c_fetch_failures",
     "stage_c_throttled",
     "stage_c_terminal",
+    "stage_c_rejected",
+    "stage_c_config_refused",
 )
 STAGE_D_FIELDS = (
     "stage_d_join_key_votes",
@@ -56,6 +58,8 @@ def stage_c_row(
         stage_c_fetch_failures=report.fetch_failures,
         stage_c_throttled=report.throttled,
         stage_c_terminal=report.terminal,
+        stage_c_rejected=report.rejected,
+        stage_c_config_refused=report.config_refused,
     )
     return row
 

@@ -1,37 +1,144 @@
 """The one place micro-batches are sized.
 
-Today a batch is a fixed count of cards and a tick fills the free dispatch slots. A Dagster run
-costs seconds of start-up while Stage C on a local image takes tens of milliseconds, so a later
-version can size by expected work here without touching the sensors or the sweep.
+A Dagster run costs seconds of start-up whatever it holds, so a batch should hold enough work to
+be worth one: ``STAGE_E_BATCH_TARGET_S`` of it, at the seconds per card recent batches took. With
+less waiting than the free dispatch slots could take at that size (a trickle), what waits goes out
+at once instead of waiting for a full batch, spread over the free slots as long as each batch still
+holds a run's start-up worth of work. ``STAGE_E_MICRO_BATCH_SIZE``, when set, replaces all of this
+with a fixed count (at most that many cards per batch, as before).
 """
 
 from __future__ import annotations
 
+import math
+import statistics
 from dataclasses import dataclass
+from datetime import datetime
 
+import sqlalchemy as sa
+from sqlalchemy.orm import Session
+
+from ..catalog.models import MicroBatch
 from ..settings import Settings
+from .claims import unclaimed_query
 
 # A tick never creates more batches than this, whatever the free concurrency: the sensor tick budget
 # is 60 s and each batch is a committed row plus a partition.
 MAX_BATCHES_PER_TICK = 8
+# Bounds of a work-sized batch. The ceiling keeps a batch's claims, card list and retry small even
+# when cards turn out nearly free (Stage D only, or skipped as current).
+MIN_BATCH_CARDS = 1
+MAX_BATCH_CARDS = 500
+# Seconds per card before any batch has succeeded: Stage C plus Stage D on a local image here.
+DEFAULT_SECONDS_PER_CARD = 0.15
+# A dispatch run's start-up before its first line of user code (in-process executor, measured). A
+# trickle is split into one more batch only if each still holds this much work: a smaller split
+# costs another run's start-up to save less time than that.
+RUN_START_S = 2.5
+# How many of the newest succeeded batches the measure looks at (read through (status, finished_at)).
+HISTORY_BATCHES = 20
+# A batch that took no measurable time must not make the next one unbounded (the ceiling holds anyway).
+MIN_SECONDS_PER_CARD = 0.001
+
+FIXED = "fixed"
+BACKLOG = "backlog"
+TRICKLE = "trickle"
 
 
 @dataclass(frozen=True)
 class BatchPlan:
+    """How many cards per batch and how many batches. The rest says why, for logs and tests:
+    ``basis`` is ``fixed`` (the setting), ``backlog`` (full work-sized batches) or ``trickle``
+    (what waits, spread over the free slots); ``waiting`` is the unclaimed backlog counted, up to
+    what the batches could take."""
+
     batch_size: int
     max_batches: int
+    basis: str = FIXED
+    seconds_per_card: float | None = None
+    waiting: int | None = None
 
 
-def plan_for_tick(settings: Settings, *, in_flight_runs: int, cap: int | None = None) -> BatchPlan:
+def history_query() -> sa.Select[tuple[datetime | None, datetime | None, int]]:
+    """The newest succeeded batches' start, end and card count: ``HISTORY_BATCHES`` rows read
+    through the (status, finished_at) index, the card lists counted by the database."""
+    return (
+        sa.select(MicroBatch.started_at, MicroBatch.finished_at, sa.func.json_array_length(MicroBatch.card_ids))
+        .where(MicroBatch.status == "succeeded", MicroBatch.finished_at.is_not(None))
+        .order_by(MicroBatch.finished_at.desc())
+        .limit(HISTORY_BATCHES)
+    )
+
+
+def measured_seconds_per_card(session: Session) -> float | None:
+    """The median of (finished - started) / cards over the newest succeeded batches; None without any.
+
+    A batch's time runs from the moment its run took it to its end, Stage C and Stage D, so it leaves
+    out the run's start-up. The median shrugs off a batch stopped early by a trip or stuck on a slow
+    host. Per-batch fixed costs are in each figure, so at a steady size the measure settles where a
+    whole batch takes the target."""
+    rows = session.execute(history_query()).all()
+    rates = [
+        (finished - started).total_seconds() / cards
+        for started, finished, cards in rows
+        if started is not None and cards
+    ]
+    if not rates:
+        return None
+    return max(statistics.median(rates), MIN_SECONDS_PER_CARD)
+
+
+def work_sized(settings: Settings, seconds_per_card: float) -> int:
+    """Cards that take about ``STAGE_E_BATCH_TARGET_S`` at ``seconds_per_card``, within the bounds."""
+    return max(MIN_BATCH_CARDS, min(MAX_BATCH_CARDS, round(settings.batch_target_s / seconds_per_card)))
+
+
+def waiting_cards(session: Session, predicate: sa.ColumnElement[bool], *, now: datetime, up_to: int) -> int:
+    """Unclaimed cards matching ``predicate``, counted up to ``up_to`` only (the backlog's partial index,
+    ``LIMIT``ed): enough to tell a backlog from a trickle, never a count of the catalogue."""
+    if up_to <= 0:
+        return 0
+    counted = unclaimed_query(predicate, now=now, limit=up_to).subquery()
+    return int(session.execute(sa.select(sa.func.count()).select_from(counted)).scalar_one())
+
+
+def plan_for_tick(
+    settings: Settings,
+    *,
+    in_flight_runs: int,
+    cap: int | None = None,
+    session: Session,
+    predicate: sa.ColumnElement[bool],
+    now: datetime,
+) -> BatchPlan:
     """Batches for one sensor tick: enough to fill the free dispatch slots, never more.
 
     ``cap`` is the dispatch pool's limit as it stands (an operator may have set their own); the
-    setting when unknown."""
+    setting when unknown. ``predicate`` is the backlog the tick selects from. Costs two bounded reads:
+    the newest succeeded batches, and the backlog counted up to what the free slots could take."""
     limit = settings.max_concurrent_dispatches if cap is None else cap
-    free = max(0, limit - in_flight_runs)
-    return BatchPlan(batch_size=settings.micro_batch_size, max_batches=min(free, MAX_BATCHES_PER_TICK))
+    slots = min(max(0, limit - in_flight_runs), MAX_BATCHES_PER_TICK)
+    if settings.micro_batch_size is not None:
+        return BatchPlan(batch_size=settings.micro_batch_size, max_batches=slots)
+    if slots == 0:
+        return BatchPlan(batch_size=MIN_BATCH_CARDS, max_batches=0, basis=TRICKLE, waiting=None)
+    rate = measured_seconds_per_card(session) or DEFAULT_SECONDS_PER_CARD
+    full = work_sized(settings, rate)
+    waiting = waiting_cards(session, predicate, now=now, up_to=slots * full)
+    if waiting >= slots * full:
+        return BatchPlan(batch_size=full, max_batches=slots, basis=BACKLOG, seconds_per_card=rate, waiting=waiting)
+    worth_a_run = min(full, math.ceil(RUN_START_S / rate))
+    size = max(MIN_BATCH_CARDS, worth_a_run, math.ceil(waiting / slots))
+    return BatchPlan(batch_size=size, max_batches=slots, basis=TRICKLE, seconds_per_card=rate, waiting=waiting)
 
 
-def plan_for_sweep(settings: Settings, *, max_batches: int) -> BatchPlan:
-    """Batches for one backstop sweep: the pool, not the sweep, caps how many run at once."""
-    return BatchPlan(batch_size=settings.micro_batch_size, max_batches=max_batches)
+def plan_for_sweep(settings: Settings, *, max_batches: int, session: Session) -> BatchPlan:
+    """Batches for one backstop sweep: work-sized (or the fixed size); the pool, not the sweep, caps
+    how many run at once. The walk ends a batch early at the end of the backlog, so a small backlog
+    still goes out at once."""
+    if settings.micro_batch_size is not None:
+        return BatchPlan(batch_size=settings.micro_batch_size, max_batches=max_batches)
+    rate = measured_seconds_per_card(session) or DEFAULT_SECONDS_PER_CARD
+    return BatchPlan(
+        batch_size=work_sized(settings, rate), max_batches=max_batches, basis=BACKLOG, seconds_per_card=rate
+    )

@@ -7,10 +7,12 @@ from dataclasses import dataclass
 import sqlalchemy as sa
 from sqlalchemy.orm import Session
 
-from ..catalog.models import FETCH_OUTCOMES, FetchOutcome
+from ..catalog.models import FETCH_OUTCOMES, EnvelopeTrip, FetchOutcome
 
-# Outcomes that count as failures for the fetch-failure-rate bar. Throttled (429/503) is recorded
-# but is not a failure; lockout has a bar of its own.
+# Outcomes that count as failures for the fetch-failure-rate bar: the bar measures the image host.
+# Throttled (429/503) is recorded but is not a failure; rejected (the upload's own problem: corrupt,
+# truncated, empty, oversized or missing) counts only toward the total; lockout has a bar of its own.
+# A locator refused by the settings is not fetched, so it records no outcome at all.
 FAILURE_OUTCOMES = ("failed",)
 
 
@@ -29,15 +31,24 @@ def record_fetch_outcome(
     card_id: int | None = None,
     run_id: str | None = None,
 ) -> None:
-    """Append one outcome (``ok``, ``throttled``, ``failed`` or ``lockout``) in the caller's transaction."""
+    """Append one outcome (``ok``, ``throttled``, ``failed``, ``rejected`` or ``lockout``) in the caller's
+    transaction."""
     if outcome not in FETCH_OUTCOMES:
         raise ValueError(f"unknown fetch outcome {outcome!r}; expected one of {FETCH_OUTCOMES}")
     session.add(FetchOutcome(outcome=outcome, status_code=status_code, host=host, card_id=card_id, run_id=run_id))
 
 
 def window_counts(session: Session, window: int) -> WindowCounts:
-    """Failures and total among the newest ``window`` outcomes, all processes together."""
-    newest = sa.select(FetchOutcome.outcome).order_by(FetchOutcome.id.desc()).limit(window).subquery()
+    """Failures and total among the newest ``window`` outcomes, all processes together, counting only
+    outcomes recorded after the last acknowledgement (an ack always resumes: old failures cannot trip again)."""
+    floor = session.execute(sa.select(sa.func.max(EnvelopeTrip.window_floor_id))).scalar_one_or_none() or 0
+    newest = (
+        sa.select(FetchOutcome.outcome)
+        .where(FetchOutcome.id > floor)
+        .order_by(FetchOutcome.id.desc())
+        .limit(window)
+        .subquery()
+    )
     row = session.execute(
         sa.select(
             sa.func.count(),

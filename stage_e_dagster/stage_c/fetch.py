@@ -3,7 +3,8 @@
 One pooled HTTP client with connect and read timeouts and a byte ceiling; redirects are followed
 by hand so every hop is checked against the allow-list. Every request to a host takes a slot from
 the global pacer first. A 403 from an image host raises :class:`FetchLockout`; every other result
-is a :class:`FetchResult` with a named outcome.
+is a :class:`FetchResult` with a named outcome, which says whose problem it is: the host's
+(``failed``), the upload's own (``rejected``), or the settings' (``config-refused``).
 """
 
 from __future__ import annotations
@@ -11,6 +12,8 @@ from __future__ import annotations
 import os
 import time
 from dataclasses import dataclass
+from datetime import datetime, timezone
+from email.utils import parsedate_to_datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Sequence
 from urllib.parse import unquote, urljoin, urlsplit
@@ -29,6 +32,13 @@ LOCKOUT_STATUSES = (403,)
 # Failures worth another try later (bounded by the card's retry budget); the rest are permanent.
 TRANSIENT_ERRORS = frozenset({"timeout", "connection-error", "server-error"})
 
+# What a fetch can come to. Only FAILED is the image host's trouble and counts toward the
+# fetch-failure bar; REJECTED is the upload's own problem (a terminal record for the card);
+# CONFIG_REFUSED means the settings forbid the locator, so nothing about the card is known.
+OK, THROTTLED, FAILED, REJECTED, CONFIG_REFUSED = "ok", "throttled", "failed", "rejected", "config-refused"
+IMAGE_ROOTS_SETTING = "STAGE_E_IMAGE_ROOTS"
+ALLOWED_HOSTS_SETTING = "STAGE_E_FETCH_ALLOWED_HOSTS"
+
 
 class FetchLockout(Exception):
     """A 403 from an image host: the host is refusing us, and Stage C must stop at once."""
@@ -42,9 +52,10 @@ class FetchLockout(Exception):
 
 @dataclass(frozen=True)
 class FetchResult:
-    """One fetch: ``ok`` with the bytes, ``throttled`` (defer, not a failure) or ``failed`` with a named class."""
+    """One fetch: ``ok`` with the bytes, ``throttled`` (defer, not a failure), ``failed`` (the host's
+    trouble), ``rejected`` (the upload's own problem) or ``config-refused`` (``setting`` forbids it)."""
 
-    outcome: str  # ok | throttled | failed
+    outcome: str  # ok | throttled | failed | rejected | config-refused
     locator: str
     data: bytes | None = None
     error_class: str | None = None
@@ -52,6 +63,8 @@ class FetchResult:
     host: str | None = None
     latency_ms: float = 0.0
     retry_after_s: float | None = None
+    setting: str | None = None  # config-refused: the variable that would allow the locator
+    detail: str | None = None  # config-refused: what to change, in a sentence
 
     @property
     def transient(self) -> bool:
@@ -73,6 +86,9 @@ class ImageFetcher:
                  transport: httpx.BaseTransport | None = None):
         self.engine = engine
         self.image_roots = tuple(Path(root).expanduser().resolve() for root in image_roots)
+        # The roots as configured (not following symlinks): a locator written under one of these is
+        # allowed by the settings even when the root itself is a symlink.
+        self._written_roots = tuple(Path(os.path.abspath(Path(root).expanduser())) for root in image_roots)
         self.allowed_hosts = frozenset(h.lower() for h in allowed_hosts)
         self.timeout_s = timeout_s
         self.max_bytes = max_bytes
@@ -114,111 +130,145 @@ class ImageFetcher:
         elif scheme in ("http", "https"):
             result = self._fetch_http(locator)
         else:
-            result = FetchResult("failed", locator, error_class="unsupported-locator")
+            result = FetchResult(REJECTED, locator, error_class="unsupported-locator")
         return _with_latency(result, started)
 
     # -- file:// -------------------------------------------------------------------------------
-    def resolve_file(self, locator: str) -> Path | str:
-        """The real path of a ``file://`` locator inside an image root, or a named refusal."""
+    def resolve_file(self, locator: str) -> Path | FetchResult:
+        """The real path of a ``file://`` locator inside an image root, or the refusal.
+
+        A path written outside every root is refused by the settings (``config-refused``, fix
+        ``STAGE_E_IMAGE_ROOTS``); one written inside a root that escapes it (``..``, a symlink) or a
+        locator no setting could allow is the upload's own problem (``rejected``).
+        """
         parts = urlsplit(locator)
         if parts.netloc not in ("", "localhost"):
-            return "outside-image-roots"
+            return FetchResult(REJECTED, locator, error_class="unsupported-locator")
         raw = unquote(parts.path)
         if not raw or "\x00" in raw:
-            return "unsupported-locator"
+            return FetchResult(REJECTED, locator, error_class="unsupported-locator")
         path = Path(raw)
         if not path.is_absolute():
-            return "outside-image-roots"
+            return FetchResult(REJECTED, locator, error_class="unsupported-locator")
+        # is_relative_to is lexical: '..' and symlinks are not followed here.
+        if not any(path.is_relative_to(root) for root in (*self._written_roots, *self.image_roots)):
+            roots = os.pathsep.join(str(r) for r in self._written_roots) or "(none)"
+            return FetchResult(
+                CONFIG_REFUSED, locator, error_class="outside-image-roots", setting=IMAGE_ROOTS_SETTING,
+                detail=f"{raw} is outside {IMAGE_ROOTS_SETTING} ({roots}); add its folder to {IMAGE_ROOTS_SETTING}",
+            )
         # resolve() follows symlinks and removes '..', so an escape by either lands outside every root.
         real = path.resolve(strict=False)
         if not any(real == root or real.is_relative_to(root) for root in self.image_roots):
-            return "outside-image-roots"
+            return FetchResult(REJECTED, locator, error_class="escapes-image-roots")
         return real
 
     def _fetch_file(self, locator: str) -> FetchResult:
         real = self.resolve_file(locator)
-        if isinstance(real, str):
-            return FetchResult("failed", locator, error_class=real)
+        if isinstance(real, FetchResult):
+            return real
         try:
             fd = os.open(real, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0))
         except FileNotFoundError:
-            return FetchResult("failed", locator, error_class="not-found")
+            return FetchResult(REJECTED, locator, error_class="not-found")
         except OSError:
-            return FetchResult("failed", locator, error_class="unreadable-file")
+            return FetchResult(REJECTED, locator, error_class="unreadable-file")
         with os.fdopen(fd, "rb") as handle:
             if not os.path.isfile(real):
-                return FetchResult("failed", locator, error_class="not-found")
+                return FetchResult(REJECTED, locator, error_class="not-found")
             if os.fstat(handle.fileno()).st_size > self.max_bytes:
-                return FetchResult("failed", locator, error_class="too-large")
+                return FetchResult(REJECTED, locator, error_class="too-large")
             data = handle.read(self.max_bytes + 1)
         if len(data) > self.max_bytes:
-            return FetchResult("failed", locator, error_class="too-large")
-        return FetchResult("ok", locator, data=data)
+            return FetchResult(REJECTED, locator, error_class="too-large")
+        return FetchResult(OK, locator, data=data)
 
     # -- http(s):// ----------------------------------------------------------------------------
     def _fetch_http(self, locator: str) -> FetchResult:
         url = locator
-        for _hop in range(self.max_redirects + 1):
-            host, _ = _host_entry(url)
+        for hop in range(self.max_redirects + 1):
+            host, host_port = _host_entry(url)
+            if not host:
+                return FetchResult(REJECTED, locator, error_class="unsupported-locator")
             if not self.host_allowed(url):
-                error = "host-not-allowed" if url == locator else "redirect-not-allowed"
-                return FetchResult("failed", locator, error_class=error, host=host or None)
+                # The allow-list, not the card, refuses this: a redirect target too (a CDN every
+                # card is sent to must be listed), so fixing the setting lets the card through.
+                error, what = ("host-not-allowed", "host") if hop == 0 else ("redirect-not-allowed", "redirect to")
+                return FetchResult(
+                    CONFIG_REFUSED, locator, error_class=error, host=host, setting=ALLOWED_HOSTS_SETTING,
+                    detail=f"{what} {host_port} is not in {ALLOWED_HOSTS_SETTING}; add it to fetch from it",
+                )
             if self.engine is not None:
                 pacer.wait_for_slot(self.engine, host, self.rate_per_sec)
             try:
                 result, location = self._request(locator, url, host)
             except httpx.TimeoutException:
-                return FetchResult("failed", locator, error_class="timeout", host=host)
+                return FetchResult(FAILED, locator, error_class="timeout", host=host)
             except httpx.TransportError:
-                return FetchResult("failed", locator, error_class="connection-error", host=host)
+                return FetchResult(FAILED, locator, error_class="connection-error", host=host)
             if location is None:
                 if self.engine is not None:
-                    if result.outcome == "throttled":
+                    if result.outcome == THROTTLED:
                         pacer.back_off(self.engine, host, result.retry_after_s)
-                    elif result.outcome == "ok":
+                    elif result.outcome == OK:
                         pacer.relax(self.engine, host)
                 return result
             url = location
-        return FetchResult("failed", locator, error_class="too-many-redirects", host=host)
+        return FetchResult(FAILED, locator, error_class="too-many-redirects", host=host)
 
     def _request(self, locator: str, url: str, host: str) -> tuple[FetchResult, str | None]:
         with self._client.stream("GET", url) as response:
             status = response.status_code
             if status in REDIRECT_STATUSES and "location" in response.headers:
-                return FetchResult("failed", locator, status_code=status, host=host), urljoin(
+                return FetchResult(FAILED, locator, status_code=status, host=host), urljoin(
                     url, response.headers["location"]
                 )
             if status in LOCKOUT_STATUSES:
                 raise FetchLockout(host, status, locator)
             if status in THROTTLE_STATUSES:
-                return FetchResult("throttled", locator, status_code=status, host=host,
+                return FetchResult(THROTTLED, locator, status_code=status, host=host,
                                    retry_after_s=_retry_after(response)), None
+            # Any other error status is the host's answer, not the upload's: it counts toward the
+            # bar, so a host that starts answering 404 (or 400) for everything trips it instead of
+            # quietly marking the catalogue terminal.
             if status in (404, 410):
-                return FetchResult("failed", locator, error_class="not-found", status_code=status, host=host), None
+                return FetchResult(FAILED, locator, error_class="not-found", status_code=status, host=host), None
             if status >= 500:
-                return FetchResult("failed", locator, error_class="server-error", status_code=status, host=host), None
+                return FetchResult(FAILED, locator, error_class="server-error", status_code=status, host=host), None
             if status != 200:
-                return FetchResult("failed", locator, error_class="http-error", status_code=status, host=host), None
+                return FetchResult(FAILED, locator, error_class="http-error", status_code=status, host=host), None
             declared = response.headers.get("content-length")
             if declared and declared.isdigit() and int(declared) > self.max_bytes:
-                return FetchResult("failed", locator, error_class="too-large", status_code=status, host=host), None
+                return FetchResult(REJECTED, locator, error_class="too-large", status_code=status, host=host), None
             chunks: list[bytes] = []
             size = 0
             for chunk in response.iter_bytes():
                 size += len(chunk)
                 if size > self.max_bytes:
-                    return FetchResult("failed", locator, error_class="too-large", status_code=status,
+                    return FetchResult(REJECTED, locator, error_class="too-large", status_code=status,
                                        host=host), None
                 chunks.append(chunk)
-            return FetchResult("ok", locator, data=b"".join(chunks), status_code=status, host=host), None
+            return FetchResult(OK, locator, data=b"".join(chunks), status_code=status, host=host), None
 
 
 def _retry_after(response: httpx.Response) -> float | None:
-    value = response.headers.get("retry-after", "")
-    try:
-        return float(value)
-    except ValueError:
+    """``Retry-After`` in seconds from now: delta-seconds or an HTTP date; None when absent or unreadable."""
+    value = response.headers.get("retry-after", "").strip()
+    if not value:
         return None
+    try:
+        seconds = float(value)
+    except ValueError:
+        try:
+            when = parsedate_to_datetime(value)
+        except (TypeError, ValueError, IndexError):
+            return None
+        if when.tzinfo is None:
+            when = when.replace(tzinfo=timezone.utc)
+        seconds = (when - datetime.now(timezone.utc)).total_seconds()
+    if seconds != seconds or seconds in (float("inf"), float("-inf")):
+        return None
+    return max(seconds, 0.0)
 
 
 def _with_latency(result: FetchResult, started: float) -> FetchResult:

@@ -1,5 +1,5 @@
 """Persist one card's evidence in one transaction: an upsert on (card, content hash) that merges
-the version map, plus the card's state flags.
+the version map, plus the card's state flags (and its backoff when it has to wait).
 
 The evidence row is written with INSERT ... ON CONFLICT so two processes persisting the same card
 at once leave exactly one row and no integrity error.
@@ -8,6 +8,7 @@ at once leave exactly one row and no integrity error.
 from __future__ import annotations
 
 import json
+from datetime import datetime, timedelta
 from typing import Any
 
 import sqlalchemy as sa
@@ -17,6 +18,14 @@ from sqlalchemy.orm import Session
 from ..catalog.base import utcnow
 from ..catalog.models import Card, ImageEvidence
 from .compute import ExtractionResult
+
+# A deferred card (throttled, or refused by the settings) waits BACKOFF_BASE_S, doubling with each
+# deferral in a row, at most BACKOFF_CAP_S; a longer Retry-After wins, up to RETRY_AFTER_CAP_S.
+BACKOFF_BASE_S = 30.0
+BACKOFF_CAP_S = 3600.0
+RETRY_AFTER_CAP_S = 6 * 3600.0
+# A card whose fetch succeeded or ended in a terminal record owes no wait any more.
+BACKOFF_CLEARED: dict[str, Any] = {"throttle_count": 0, "next_eligible_at": None}
 
 
 def _merge(dialect: str, stored: Any, patch: dict[str, Any]) -> Any:
@@ -67,7 +76,7 @@ def mark_card_done(session: Session, card_id: int, *, content_hash: str, writer:
         .where(Card.id == card_id, Card.content_hash.is_not_distinct_from(seen_hash),
                Card.image_locator == seen_locator)
         .values(content_hash=content_hash, stage_c_pending=False, stage_d_pending=True,
-                evidence_writer=writer, stage_c_attempts=0, updated_at=utcnow())
+                evidence_writer=writer, stage_c_attempts=0, updated_at=utcnow(), **BACKOFF_CLEARED)
     )
     return bool(result.rowcount)
 
@@ -86,3 +95,33 @@ def count_transient_failure(session: Session, card_id: int) -> int:
         sa.update(Card).where(Card.id == card_id).values(stage_c_attempts=Card.stage_c_attempts + 1)
     )
     return int(session.execute(sa.select(Card.stage_c_attempts).where(Card.id == card_id)).scalar_one())
+
+
+def backoff_s(deferrals: int, retry_after_s: float | None = None) -> float:
+    """How long a card waits after its ``deferrals``-th deferral in a row (1 = the first)."""
+    delay = min(BACKOFF_BASE_S * 2.0 ** max(deferrals - 1, 0), BACKOFF_CAP_S)
+    if retry_after_s is not None and retry_after_s > delay:
+        delay = min(retry_after_s, RETRY_AFTER_CAP_S)
+    return delay
+
+
+def defer_card(session: Session, card_id: int, *, seen_locator: str, now: datetime,
+               retry_after_s: float | None = None) -> datetime | None:
+    """Keep the card out of every batch until its backoff has passed; returns when it is eligible again.
+
+    Counts one more deferral in a row (``throttle_count``). Does nothing (returns None) when a
+    writer has pointed the card at another image since we read it: the new image owes no wait.
+    """
+    deferrals = session.execute(
+        sa.update(Card)
+        .where(Card.id == card_id, Card.image_locator == seen_locator)
+        .values(throttle_count=Card.throttle_count + 1, updated_at=Card.updated_at)  # not a change of the card
+        .returning(Card.throttle_count)
+    ).scalar_one_or_none()
+    if deferrals is None:
+        return None
+    until = now + timedelta(seconds=backoff_s(int(deferrals), retry_after_s))
+    session.execute(
+        sa.update(Card).where(Card.id == card_id).values(next_eligible_at=until, updated_at=Card.updated_at)
+    )
+    return until

@@ -47,7 +47,8 @@ def _run_chunk(settings: Settings, ids: list[int], writer: str, run_id: str | No
 
 
 def _merge(total: StageCReport, part: dict[str, object]) -> None:
-    for name in ("attempted", "completed", "skipped_current", "fetch_failures", "throttled", "terminal"):
+    for name in ("attempted", "completed", "skipped_current", "fetch_failures", "throttled", "terminal", "rejected",
+                 "config_refused", "not_yet_eligible"):
         setattr(total, name, getattr(total, name) + int(part[name]))  # type: ignore[call-overload]
     total.deferred_card_ids.extend(part["deferred_card_ids"])  # type: ignore[arg-type]
     if part["lockout"] is not None and total.lockout is None:

@@ -2,6 +2,11 @@
 
 Per card: skip it when its present image already has current evidence; otherwise fetch once, run
 only the stale extractors, and persist in one transaction. Knows nothing of Dagster or batches.
+
+Whose problem a fetch was decides what is left behind: the host's trouble (``failed``) counts in
+the fetch window; the upload's own (``rejected``: corrupt, truncated, empty, oversized, missing)
+is a terminal record and does not count; a throttle or a refusal by the settings leaves no record
+and keeps the card in the backlog behind a backoff.
 """
 
 from __future__ import annotations
@@ -21,15 +26,18 @@ from ..envelope.fetch_window import record_fetch_outcome
 from .backlog import backlog_page, cards_by_id
 from .compute import ExtractionResult, compute_evidence, locator_key, sha256_hex, terminal_result
 from .current import satisfies_stage_c
-from .fetch import FetchLockout, FetchResult, ImageFetcher
+from .fetch import CONFIG_REFUSED, FAILED, REJECTED, THROTTLED, FetchLockout, FetchResult, ImageFetcher
 from .lexicon import known_set_codes
 from .manifest import stale_extractors
-from .persist import count_transient_failure, persist_evidence
+from .persist import BACKOFF_CLEARED, count_transient_failure, defer_card, persist_evidence
+from .prefetch import FetchAhead
 
 log = logging.getLogger(__name__)
 
 DEFAULT_RETRY_BUDGET = 3
 PAGE_SIZE = 200
+# Cards whose bytes are fetched ahead while the current card computes (the most a stop wastes).
+FETCH_AHEAD = 2
 
 
 @dataclass(frozen=True)
@@ -43,12 +51,20 @@ class LockoutInfo:
 
 @dataclass
 class StageCReport:
+    """What one pass did. ``fetch_failures`` are the host's (they count in the fetch window);
+    ``rejected`` uploads and ``config_refused`` locators are not failures; ``terminal`` counts every
+    terminal record written (rejected uploads and permanent host failures); ``not_yet_eligible``
+    cards were skipped unfetched because their backoff has not passed."""
+
     attempted: int = 0
     completed: int = 0
     skipped_current: int = 0
     fetch_failures: int = 0
     throttled: int = 0
     terminal: int = 0
+    rejected: int = 0
+    config_refused: int = 0
+    not_yet_eligible: int = 0
     lockout: LockoutInfo | None = None
     deferred_card_ids: list[int] = field(default_factory=list)
 
@@ -61,6 +77,8 @@ class _CardView:
     locator: str
     content_hash: str | None
     declared_hash: str | None
+    stage_c_pending: bool = True  # worth fetching ahead: a card not in the backlog is most likely skipped
+    next_eligible_at: datetime | None = None  # backing off (throttled, refused by the settings) until then
 
     @property
     def known_hash(self) -> str | None:
@@ -68,17 +86,31 @@ class _CardView:
 
 
 def _view(card: Card) -> _CardView:
-    return _CardView(card.id, card.image_locator, card.content_hash, card.declared_content_hash)
+    return _CardView(card.id, card.image_locator, card.content_hash, card.declared_content_hash,
+                     bool(card.stage_c_pending), card.next_eligible_at)
 
 
-def _iter_cards(engine: sa.Engine, card_ids: Sequence[int] | None) -> Iterator[_CardView]:
+def _iter_cards(engine: sa.Engine, card_ids: Sequence[int] | None, report: StageCReport) -> Iterator[_CardView]:
+    """The cards to process, in order. A card still backing off (throttled, or refused by the
+    settings) is skipped here, unfetched and counted, so nothing fetches it (ahead or not) before its time."""
+
+    def eligible(views: list[_CardView]) -> Iterator[_CardView]:
+        now = utcnow()
+        for view in views:
+            if view.next_eligible_at is not None and view.next_eligible_at > now:
+                report.not_yet_eligible += 1
+                if card_ids is not None:
+                    report.deferred_card_ids.append(view.id)
+                continue
+            yield view
+
     if card_ids is not None:
         for start in range(0, len(card_ids), PAGE_SIZE):
             chunk = list(card_ids[start:start + PAGE_SIZE])
             with Session(engine) as session:
                 found = cards_by_id(session, chunk)
                 views = [_view(found[i]) for i in chunk if i in found]
-            yield from views
+            yield from eligible(views)
         return
     after = 0
     while True:
@@ -86,7 +118,7 @@ def _iter_cards(engine: sa.Engine, card_ids: Sequence[int] | None) -> Iterator[_
             page = [_view(c) for c in backlog_page(session, after, PAGE_SIZE)]
         if not page:
             return
-        yield from page
+        yield from eligible(page)
         after = page[-1].id
 
 
@@ -99,7 +131,7 @@ def _evidence_row(session: Session, card_id: int, content_hash: str) -> ImageEvi
 def _settle_current(session: Session, view: _CardView, writer: str) -> None:
     """The present image already has current evidence: make sure the card says so, fetching nothing."""
     changed = view.content_hash != view.known_hash
-    values: dict[str, object] = {"stage_c_pending": False, "content_hash": view.known_hash}
+    values: dict[str, object] = {"stage_c_pending": False, "content_hash": view.known_hash, **BACKOFF_CLEARED}
     if changed:
         values.update(stage_d_pending=True, evidence_writer=writer, updated_at=utcnow())
     session.execute(
@@ -113,38 +145,60 @@ def _settle_current(session: Session, view: _CardView, writer: str) -> None:
 def run_stage_c(engine: sa.Engine, card_ids: Sequence[int] | None, *, writer: str, run_id: str | None,
                 fetcher: ImageFetcher, lexicon: frozenset[str] | None = None, limit: int | None = None,
                 progress: Callable[[int], None] | None = None, should_stop: Callable[[], bool] | None = None,
-                retry_budget: int = DEFAULT_RETRY_BUDGET) -> StageCReport:
+                retry_budget: int = DEFAULT_RETRY_BUDGET, fetch_ahead: int = FETCH_AHEAD) -> StageCReport:
     """Bring the evidence of ``card_ids`` (None: the whole Stage C backlog, by id) up to date.
 
     Ordinary per-card failures are counted and recorded, never raised. A 403 from an image host
     records a lockout outcome and stops at once; the report carries it and every card not
     reached is listed as deferred (for an explicit ``card_ids`` list; in BULK mode they simply
-    stay in the backlog).
+    stay in the backlog). ``should_stop`` is asked before every card; no card starts after it says
+    stop. Up to ``fetch_ahead`` cards are fetched ahead in a thread while a card computes.
     """
     if lexicon is None:
         lexicon = known_set_codes(engine)
     report = StageCReport()
-    cards = _iter_cards(engine, card_ids)
+    cards = FetchAhead(_iter_cards(engine, card_ids, report), fetcher, depth=fetch_ahead,
+                       wanted=lambda view: view.stage_c_pending)
     stopped = False
-    for view in cards:
-        if limit is not None and report.attempted >= limit:
-            break
-        if should_stop is not None and should_stop():
-            report.deferred_card_ids.append(view.id)
-            stopped = True
-            break
-        report.attempted += 1
-        try:
-            _process_card(engine, view, report, writer=writer, run_id=run_id, fetcher=fetcher, lexicon=lexicon,
-                          retry_budget=retry_budget)
-        finally:
-            if progress is not None:
-                progress(1)
-        if report.lockout is not None:
-            break
+    try:
+        for view in cards:
+            if limit is not None and report.attempted >= limit:
+                break
+            if should_stop is not None and should_stop():
+                report.deferred_card_ids.append(view.id)
+                stopped = True
+                break
+            report.attempted += 1
+            cards.start(None if limit is None else limit - report.attempted)
+            try:
+                _process_card(engine, view, report, writer=writer, run_id=run_id, fetcher=cards,  # type: ignore[arg-type]
+                              lexicon=lexicon, retry_budget=retry_budget)
+            finally:
+                if progress is not None:
+                    progress(1)
+            unused = cards.unused_lockout()
+            if unused is not None and report.lockout is None:
+                _lockout_met_ahead(engine, view, unused, report, run_id=run_id)
+            if report.lockout is not None:
+                break
+    finally:
+        met_ahead = cards.close()
+    if met_ahead and report.lockout is None:
+        _lockout_met_ahead(engine, *met_ahead[0], report, run_id=run_id)
     if (report.lockout is not None or stopped) and card_ids is not None:
         report.deferred_card_ids.extend(view.id for view in cards)
     return report
+
+
+def _lockout_met_ahead(engine: sa.Engine, view: _CardView, exc: FetchLockout, report: StageCReport, *,
+                       run_id: str | None) -> None:
+    """A 403 met by a fetch ahead that was never used (the card needed no fetch, or Stage C stopped
+    before it): the host refused us all the same, so it is recorded and stops Stage C like any lockout."""
+    with session_scope(engine) as session:
+        record_fetch_outcome(session, "lockout", status_code=exc.status_code, host=exc.host, card_id=view.id,
+                             run_id=run_id)
+    report.lockout = LockoutInfo(exc.host, exc.status_code, view.id, view.locator, utcnow())
+    log.warning("stage C stopped: %s (met fetching ahead)", exc)
 
 
 def _process_card(engine: sa.Engine, view: _CardView, report: StageCReport, *, writer: str, run_id: str | None,
@@ -170,15 +224,15 @@ def _process_card(engine: sa.Engine, view: _CardView, report: StageCReport, *, w
         log.warning("stage C stopped: %s", exc)
         return
 
-    if fetched.outcome == "throttled":
-        with session_scope(engine) as session:
-            record_fetch_outcome(session, "throttled", status_code=fetched.status_code, host=fetched.host,
-                                 card_id=view.id, run_id=run_id)
-        report.throttled += 1
-        report.deferred_card_ids.append(view.id)
+    if fetched.outcome == THROTTLED:
+        _defer_throttled(engine, view, fetched, report, run_id=run_id)
         return
 
-    if fetched.outcome == "failed":
+    if fetched.outcome == CONFIG_REFUSED:
+        _defer_config_refused(engine, view, fetched, report)
+        return
+
+    if fetched.outcome in (FAILED, REJECTED):
         _persist_failed_fetch(engine, view, fetched, report, writer=writer, run_id=run_id, retry_budget=retry_budget,
                               keys=keys)
         return
@@ -197,7 +251,8 @@ def _process_card(engine: sa.Engine, view: _CardView, report: StageCReport, *, w
             return
         keys = stale_extractors(row.extractor_versions) if row is not None else None
     result = compute_evidence(content_hash, fetched.data, latency_ms=fetched.latency_ms, keys=keys, lexicon=lexicon)
-    outcome = "failed" if result.terminal else "ok"
+    # The host delivered; bytes that do not decode are the upload's own problem, not a host failure.
+    outcome = REJECTED if result.terminal else "ok"
     with session_scope(engine) as session:
         record_fetch_outcome(session, outcome, status_code=fetched.status_code, host=fetched.host, card_id=view.id,
                              run_id=run_id)
@@ -205,20 +260,53 @@ def _process_card(engine: sa.Engine, view: _CardView, report: StageCReport, *, w
                          seen_locator=view.locator)
     report.completed += 1
     if result.terminal:
-        report.fetch_failures += 1
+        report.rejected += 1
         report.terminal += 1
+
+
+def _defer_throttled(engine: sa.Engine, view: _CardView, fetched: FetchResult, report: StageCReport, *,
+                     run_id: str | None) -> None:
+    """A 429/503: not a failure. The card stays in the backlog and waits out its backoff (or the
+    host's longer Retry-After) before any batch takes it again."""
+    with session_scope(engine) as session:
+        record_fetch_outcome(session, THROTTLED, status_code=fetched.status_code, host=fetched.host,
+                             card_id=view.id, run_id=run_id)
+        defer_card(session, view.id, seen_locator=view.locator, now=utcnow(), retry_after_s=fetched.retry_after_s)
+    report.throttled += 1
+    report.deferred_card_ids.append(view.id)
+
+
+def _defer_config_refused(engine: sa.Engine, view: _CardView, fetched: FetchResult, report: StageCReport) -> None:
+    """The settings forbid the locator: a configuration error, not a property of the card.
+
+    Nothing is fetched, so no fetch outcome is recorded and no evidence written; the card stays
+    in the backlog behind the same backoff as a throttled card, and is processed once the
+    setting named in the warning allows it.
+    """
+    with session_scope(engine) as session:
+        until = defer_card(session, view.id, seen_locator=view.locator, now=utcnow())
+    report.config_refused += 1
+    report.deferred_card_ids.append(view.id)
+    log.warning("card %s not fetched, refused by the settings: %s (fix %s). The card stays in the backlog; "
+                "next try after %s", view.id, fetched.detail or fetched.error_class, fetched.setting,
+                until.isoformat(timespec="seconds") if until is not None else "its image changes")
 
 
 def _persist_failed_fetch(engine: sa.Engine, view: _CardView, fetched: FetchResult, report: StageCReport, *,
                           writer: str, run_id: str | None, retry_budget: int, keys: list[str] | None) -> None:
-    """Count the failure; once it is permanent (or the retry budget is spent) persist a terminal
-    record. A re-extraction (``keys`` = the stale ones) marks only those keys, keeping stored values."""
-    report.fetch_failures += 1
+    """Record the outcome; once it is permanent (or the retry budget is spent) persist a terminal
+    record. A host failure (``failed``) counts in the fetch window and may be transient; a rejected
+    upload is the card's own terminal outcome at once. A re-extraction (``keys`` = the stale ones)
+    marks only those keys, keeping stored values."""
     assert fetched.error_class is not None
+    if fetched.outcome == FAILED:
+        report.fetch_failures += 1
+    else:
+        report.rejected += 1
     with session_scope(engine) as session:
-        record_fetch_outcome(session, "failed", status_code=fetched.status_code, host=fetched.host,
+        record_fetch_outcome(session, fetched.outcome, status_code=fetched.status_code, host=fetched.host,
                              card_id=view.id, run_id=run_id)
-        if fetched.transient and count_transient_failure(session, view.id) < retry_budget:
+        if fetched.outcome == FAILED and fetched.transient and count_transient_failure(session, view.id) < retry_budget:
             return  # stays in the backlog for a later attempt
         content_hash = view.known_hash or locator_key(view.locator)
         result: ExtractionResult = terminal_result(content_hash, fetched.error_class, latency_ms=fetched.latency_ms,

@@ -64,6 +64,14 @@ def test_end_to_end_bench_prints_throughput_ratios_and_overhead() -> None:
     assert re.search(rf"^ratio overhead per card, batch 3 vs batch 2: {NUMBER} / {NUMBER} ms per card", out, re.M), out
 
 
+@pytest.mark.slow
+def test_streaming_vs_bulk_bench_prints_the_ratio_and_the_trickle_latency() -> None:
+    out = run_bench("streaming_vs_bulk.py", "--cards", "12", "--trickle", "2", "--trickle-every", "2", timeout=600)
+    ratio = rf"^ratio streaming/bulk: {NUMBER} from daemon start, {NUMBER} from first run start"
+    assert re.search(ratio, out, re.M), out
+    assert re.search(rf"^trickle insert -> evidence, 2 cards: p50 {NUMBER} s  max {NUMBER} s", out, re.M), out
+
+
 HISTORY_SENSORS = ("card_created_sensor", "evidence_changed_sensor", "envelope_trip_sensor")
 SMALL_HISTORY = ("--runs", "100,1000", "--reps", "2", "--warmup", "1")
 

@@ -9,7 +9,8 @@ from stage_e_dagster.settings import SettingsError, load_settings
 def test_defaults_ship_streaming_off_with_the_documented_values(tmp_path: Path) -> None:
     s = load_settings({"STAGE_E_STATE_DIR": str(tmp_path)})
     assert s.streaming_enabled is False
-    assert s.micro_batch_size == 25
+    assert s.micro_batch_size is None  # batches sized by work
+    assert s.batch_target_s == 30.0
     assert s.max_concurrent_dispatches == 2
     assert s.rss_mb_ceiling == 512
     assert s.fetch_failure_rate_ceiling == 0.01
@@ -24,6 +25,7 @@ def test_values_are_parsed_and_typed() -> None:
         {
             "STAGE_E_STREAMING_ENABLED": "true",
             "STAGE_E_MICRO_BATCH_SIZE": "40",
+            "STAGE_E_BATCH_TARGET_S": "12.5",
             "STAGE_E_HOST_LOAD_CEILING": "7.5",
             "STAGE_E_FETCH_ALLOWED_HOSTS": "img.example.org, CDN.example.org",
             "STAGE_E_DATABASE_URL": "postgresql+psycopg2://u@h/db",
@@ -31,6 +33,7 @@ def test_values_are_parsed_and_typed() -> None:
     )
     assert s.streaming_enabled is True
     assert s.micro_batch_size == 40
+    assert s.batch_target_s == 12.5
     assert s.host_load_ceiling == 7.5
     assert s.fetch_allowed_hosts == ("img.example.org", "cdn.example.org")
     assert s.database_url == "postgresql+psycopg2://u@h/db"
@@ -41,6 +44,7 @@ def test_values_are_parsed_and_typed() -> None:
     [
         ("STAGE_E_MICRO_BATCH_SIZE", "abc", "STAGE_E_MICRO_BATCH_SIZE='abc' is not a whole number"),
         ("STAGE_E_MICRO_BATCH_SIZE", "0", "STAGE_E_MICRO_BATCH_SIZE='0' must be at least 1"),
+        ("STAGE_E_BATCH_TARGET_S", "0.5", "STAGE_E_BATCH_TARGET_S='0.5' must be at least 1"),
         ("STAGE_E_RSS_MB_CEILING", "-5", "STAGE_E_RSS_MB_CEILING='-5' must be at least 0"),
         ("STAGE_E_HOST_LOAD_CEILING", "-0.1", "STAGE_E_HOST_LOAD_CEILING='-0.1' must be at least 0"),
         ("STAGE_E_FETCH_FAILURE_RATE_CEILING", "1.5", "must be at most 1"),

@@ -5,6 +5,7 @@ from __future__ import annotations
 import random
 import threading
 import time
+from email.utils import formatdate
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Iterator
@@ -61,6 +62,15 @@ class ImageHost(BaseHTTPRequestHandler):
             self._send(404, b"gone")
         elif path == "/busy.jpg":
             self._send(429, b"slow down", {"Retry-After": "3"})
+        elif path == "/busy-long.jpg":
+            self._send(429, b"slow down", {"Retry-After": "120"})
+        elif path == "/busy-date.jpg":
+            when = formatdate(time.time() + 300, usegmt=True)
+            self._send(503, b"come back later", {"Retry-After": when})
+        elif path == "/bad-request.jpg":
+            self._send(400, b"bad request")
+        elif path == "/empty.jpg":
+            self._send(200, b"", {"Content-Type": "image/jpeg"})
         elif path == "/unavailable.jpg":
             self._send(503, b"unavailable")
         elif path == "/forbidden.jpg":

@@ -62,3 +62,26 @@ def test_user_errors_are_one_line(env: Path) -> None:
     refused = runner.invoke(app, ["evaluate", str(labels)])
     assert "expected an object with a string 'identifier'" in str(refused.exception)
     assert "--cards must be at least 1" in str(runner.invoke(app, ["seed", "--cards", "0"]).exception)
+
+
+def test_seed_refuses_a_folder_stage_c_could_not_read(env: Path) -> None:
+    outside = env / "elsewhere"
+    result = runner.invoke(app, ["seed", "--cards", "2", "--out", str(outside)])
+    assert result.exit_code != 0
+    message = str(result.exception)
+    assert "STAGE_E_IMAGE_ROOTS" in message and str(outside) in message and "\n" not in message
+    assert not outside.exists()
+    status = json.loads(runner.invoke(app, ["status", "--json"]).output)
+    assert status["stage_c_backlog"] == 0  # nothing was seeded
+
+
+def test_seed_by_default_writes_where_stage_c_reads(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("STAGE_E_STATE_DIR", str(tmp_path / "state"))  # image roots: the default, <state>/images
+    assert runner.invoke(app, ["db", "upgrade"]).exit_code == 0
+    seeded = runner.invoke(app, ["seed", "--cards", "3", "--seed", "1", "--json"])
+    assert seeded.exit_code == 0, seeded.output
+    images = Path(json.loads(seeded.output)["images_dir"])
+    assert images.is_relative_to(tmp_path / "state" / "images")
+    bulk = runner.invoke(app, ["bulk", "--stage", "c", "--json"])
+    report = json.loads(bulk.output)
+    assert report["attempted"] == 3 and report["config_refused"] == 0 and report["completed"] == 3

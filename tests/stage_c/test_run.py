@@ -1,10 +1,12 @@
-"""run_stage_c end to end on both back ends: evidence, skips, terminal records, lockout, throttling,
-retry budget, manifest staleness and image changes."""
+"""run_stage_c end to end on both back ends: evidence, skips, terminal records, lockout, throttling
+and its backoff, refusals by the settings, retry budget, manifest staleness and image changes."""
 
 from __future__ import annotations
 
 import io
+import logging
 import time
+from datetime import timedelta
 from pathlib import Path
 
 import pytest
@@ -102,13 +104,14 @@ def test_bad_files_become_terminal_records_once(engine: sa.Engine, root: Path, n
     with make_fetcher(engine, [root]) as fetcher:
         report = run_stage_c(engine, [cid], writer="w", run_id=None, fetcher=fetcher, lexicon=frozenset())
         again = run_stage_c(engine, None, writer="w", run_id=None, fetcher=fetcher, lexicon=frozenset())
-    assert (report.completed, report.terminal, report.fetch_failures) == (1, 1, 1)
+    # The upload's own problem: a terminal record, and a fetch outcome that is not a failure.
+    assert (report.completed, report.terminal, report.rejected, report.fetch_failures) == (1, 1, 1, 0)
     assert again.attempted == 0
     [row] = evidence(engine, cid)
     assert row.terminal and row.fetch_ok is False and row.fetch_error_class == error
     assert set(row.skip_reasons.values()) == {error} and row.extractor_versions == dict(MANIFEST_VERSIONS)
     assert row.is_truncated is (error == "truncated-image")
-    assert outcomes(engine) == [("failed", cid)]
+    assert outcomes(engine) == [("rejected", cid)]
     if name == "missing.jpg":
         assert row.content_hash == locator_key((root / name).as_uri())
     assert card(engine, cid).stage_c_pending is False
@@ -149,8 +152,10 @@ def test_throttled_cards_are_deferred_not_failed(engine: sa.Engine, image_host: 
     with make_fetcher(engine, [], [image_host.split("//", 1)[1]]) as fetcher:
         report = run_stage_c(engine, [cid], writer="w", run_id=None, fetcher=fetcher, lexicon=frozenset())
     assert (report.throttled, report.fetch_failures, report.deferred_card_ids) == (1, 0, [cid])
-    assert evidence(engine, cid) == [] and card(engine, cid).stage_c_pending is True
+    c = card(engine, cid)
+    assert evidence(engine, cid) == [] and c.stage_c_pending is True
     assert outcomes(engine) == [("throttled", cid)]
+    assert c.throttle_count == 1 and c.next_eligible_at is not None
     with engine.connect() as conn:  # the shared pacer backed off for every process
         scale, next_slot = conn.execute(sa.text("SELECT interval_scale, next_slot_at FROM fetch_pacer")).one()
     assert scale == 2.0
@@ -158,13 +163,21 @@ def test_throttled_cards_are_deferred_not_failed(engine: sa.Engine, image_host: 
         assert next_slot > time.time() + 1.5
 
 
-@pytest.mark.parametrize(("path", "error"), [("/missing.jpg", "not-found"), ("/html.jpg", "not-an-image")])
-def test_http_permanent_failures_are_terminal(engine: sa.Engine, image_host: str, path: str, error: str) -> None:
+@pytest.mark.parametrize(
+    ("path", "error", "outcome"),
+    [("/missing.jpg", "not-found", "failed"),  # the host's answer: counts
+     ("/bad-request.jpg", "http-error", "failed"),
+     ("/html.jpg", "not-an-image", "rejected"),  # the host delivered; the bytes are the upload's problem
+     ("/empty.jpg", "not-an-image", "rejected"),
+     ("/huge.jpg", "too-large", "rejected")],
+)
+def test_http_permanent_failures_are_terminal(engine: sa.Engine, image_host: str, path: str, error: str,
+                                              outcome: str) -> None:
     cid = add_card(engine, image_host + path)
     with make_fetcher(engine, [], [image_host.split("//", 1)[1]]) as fetcher:
         report = run_stage_c(engine, [cid], writer="w", run_id=None, fetcher=fetcher, lexicon=frozenset())
-    assert (report.terminal, report.fetch_failures) == (1, 1)
-    assert evidence(engine, cid)[0].fetch_error_class == error and outcomes(engine) == [("failed", cid)]
+    assert (report.terminal, report.fetch_failures, report.rejected) == (1, outcome == "failed", outcome == "rejected")
+    assert evidence(engine, cid)[0].fetch_error_class == error and outcomes(engine) == [(outcome, cid)]
 
 
 def test_transient_failures_have_a_bounded_retry_budget(engine: sa.Engine, image_host: str) -> None:
@@ -178,11 +191,87 @@ def test_transient_failures_have_a_bounded_retry_budget(engine: sa.Engine, image
     assert [o for o, _ in outcomes(engine)] == ["failed"] * 3
 
 
-def test_not_allowed_host_is_terminal(engine: sa.Engine, image_host: str) -> None:
+def make_eligible_now(engine: sa.Engine, card_id: int) -> None:
+    """As if the card's backoff had passed."""
+    with engine.begin() as conn:
+        conn.execute(sa.update(Card).where(Card.id == card_id).values(next_eligible_at=utcnow() - timedelta(seconds=1)))
+
+
+def test_a_host_refused_by_the_settings_leaves_no_record_and_is_fetched_once_the_setting_allows_it(
+        engine: sa.Engine, image_host: str, caplog: pytest.LogCaptureFixture) -> None:
     cid = add_card(engine, f"{image_host}/card.jpg")
-    with make_fetcher(engine, [], ["images.example.org"]) as fetcher:
+    with make_fetcher(engine, [], ["images.example.org"]) as fetcher, caplog.at_level(logging.WARNING):
         report = run_stage_c(engine, [cid], writer="w", run_id=None, fetcher=fetcher, lexicon=frozenset())
-    assert report.terminal == 1 and evidence(engine, cid)[0].fetch_error_class == "host-not-allowed"
+    assert (report.config_refused, report.terminal, report.fetch_failures, report.completed) == (1, 0, 0, 0)
+    assert report.deferred_card_ids == [cid]
+    assert evidence(engine, cid) == [] and outcomes(engine) == []  # nothing fetched, nothing terminal
+    c = card(engine, cid)
+    assert c.stage_c_pending is True and c.next_eligible_at is not None and c.next_eligible_at > utcnow()
+    assert "STAGE_E_FETCH_ALLOWED_HOSTS" in caplog.text and image_host.split("//", 1)[1] in caplog.text
+
+    with make_fetcher(engine, [], [image_host.split("//", 1)[1]]) as fixed:
+        # Not before its backoff: no batch, and no BULK pass, takes it in a loop.
+        early = run_stage_c(engine, None, writer="w", run_id=None, fetcher=fixed, lexicon=frozenset())
+        assert (early.attempted, early.not_yet_eligible) == (0, 1) and outcomes(engine) == []
+        make_eligible_now(engine, cid)
+        later = run_stage_c(engine, None, writer="w", run_id=None, fetcher=fixed, lexicon=frozenset())
+    assert (later.attempted, later.completed, later.terminal) == (1, 1, 0)
+    c = card(engine, cid)
+    assert c.stage_c_pending is False and (c.throttle_count, c.next_eligible_at) == (0, None)
+    [row] = evidence(engine, cid)
+    assert row.fetch_ok is True and not row.terminal and outcomes(engine) == [("ok", cid)]
+
+
+def test_a_file_outside_the_image_roots_waits_for_the_setting(engine: sa.Engine, root: Path, tmp_path: Path,
+                                                              caplog: pytest.LogCaptureFixture) -> None:
+    cid = add_card(engine, (root / "good.jpg").as_uri())
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    with make_fetcher(engine, [elsewhere]) as fetcher, caplog.at_level(logging.WARNING):
+        report = run_stage_c(engine, None, writer="w", run_id=None, fetcher=fetcher, lexicon=frozenset())
+    assert (report.attempted, report.config_refused, report.terminal) == (1, 1, 0)
+    assert evidence(engine, cid) == [] and outcomes(engine) == [] and card(engine, cid).stage_c_pending is True
+    assert "STAGE_E_IMAGE_ROOTS" in caplog.text
+    make_eligible_now(engine, cid)
+    with make_fetcher(engine, [elsewhere, root]) as fixed:
+        later = run_stage_c(engine, None, writer="w", run_id=None, fetcher=fixed, lexicon=frozenset())
+    assert (later.completed, later.terminal) == (1, 0) and card(engine, cid).stage_c_pending is False
+
+
+def test_throttles_back_off_exponentially_and_a_success_resets_them(engine: sa.Engine, image_host: str) -> None:
+    host = image_host.split("//", 1)[1]
+    cid = add_card(engine, f"{image_host}/unavailable.jpg")
+    waits = []
+    with make_fetcher(engine, [], [host]) as fetcher:
+        for _ in range(3):
+            before = utcnow()
+            run_stage_c(engine, [cid], writer="w", run_id=None, fetcher=fetcher, lexicon=frozenset())
+            waits.append((card(engine, cid).next_eligible_at - before).total_seconds())
+            make_eligible_now(engine, cid)
+        assert card(engine, cid).throttle_count == 3
+        assert [round(w) for w in waits] == [30, 60, 120]
+        with engine.begin() as conn:  # the host is fine again (same card, a working locator)
+            conn.execute(sa.update(Card).where(Card.id == cid).values(image_locator=f"{image_host}/card.jpg"))
+        report = run_stage_c(engine, [cid], writer="w", run_id=None, fetcher=fetcher, lexicon=frozenset())
+    assert report.completed == 1
+    c = card(engine, cid)
+    assert (c.throttle_count, c.next_eligible_at, c.stage_c_pending) == (0, None, False)
+
+
+@pytest.mark.parametrize(("path", "at_least_s"), [("/busy.jpg", 30), ("/busy-long.jpg", 120), ("/busy-date.jpg", 280)])
+def test_a_longer_retry_after_is_honoured(engine: sa.Engine, image_host: str, path: str, at_least_s: int) -> None:
+    cid = add_card(engine, image_host + path)
+    before = utcnow()
+    with make_fetcher(engine, [], [image_host.split("//", 1)[1]]) as fetcher:
+        run_stage_c(engine, [cid], writer="w", run_id=None, fetcher=fetcher, lexicon=frozenset())
+        wait = (card(engine, cid).next_eligible_at - before).total_seconds()
+        assert at_least_s <= wait <= at_least_s + 25
+        # Until then no pass fetches it, whether it names the card or walks the backlog.
+        named = run_stage_c(engine, [cid], writer="w", run_id=None, fetcher=fetcher, lexicon=frozenset())
+        walked = run_stage_c(engine, None, writer="w", run_id=None, fetcher=fetcher, lexicon=frozenset())
+    assert (named.attempted, named.not_yet_eligible, named.deferred_card_ids) == (0, 1, [cid])
+    assert (walked.attempted, walked.not_yet_eligible) == (0, 1)
+    assert outcomes(engine) == [("throttled", cid)]
 
 
 def requeue_stale(engine: sa.Engine) -> int:

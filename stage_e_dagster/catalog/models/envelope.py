@@ -11,7 +11,8 @@ from sqlalchemy.orm import Mapped, mapped_column
 from ..base import Base, created_at, intpk
 
 TRIP_BARS = ("fetch_lockout", "host_load", "rss", "fetch_failure_rate", "manual")
-FETCH_OUTCOMES = ("ok", "throttled", "failed", "lockout")
+# ``rejected``: the upload's own problem (corrupt, truncated, empty, oversized, missing); not a failure.
+FETCH_OUTCOMES = ("ok", "throttled", "failed", "rejected", "lockout")
 
 
 class EnvelopeTrip(Base):

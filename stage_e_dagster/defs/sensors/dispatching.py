@@ -84,9 +84,11 @@ def dispatch_tick(
             done.observations.append(governor_observation(steering))
         cap = min(cap, steering.governed.limit) if cap is not None else steering.governed.limit
     in_flight = len(active_dispatch_runs(instance))
-    plan = plan_for_tick(settings, in_flight_runs=in_flight + len(requeue), cap=cap)
-    plan = replace(plan, max_batches=min(plan.max_batches, MAX_BATCHES_PER_TICK - len(requeue)))
     with session_scope(engine) as session:
+        plan = plan_for_tick(
+            settings, in_flight_runs=in_flight + len(requeue), cap=cap, session=session, predicate=predicate, now=now
+        )
+        plan = replace(plan, max_batches=min(plan.max_batches, MAX_BATCHES_PER_TICK - len(requeue)))
         fresh = create_batches(
             session,
             predicate,

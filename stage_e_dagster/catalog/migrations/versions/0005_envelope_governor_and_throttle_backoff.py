@@ -16,6 +16,16 @@ depends_on = None
 
 UTC = stage_e_dagster.catalog.base.UTCDateTime(timezone=True)
 
+# ``rejected``: an upload's own problem (corrupt, missing, ...), recorded but not a fetch failure.
+OUTCOMES_BEFORE = "outcome IN ('ok', 'throttled', 'failed', 'lockout')"
+OUTCOMES_AFTER = "outcome IN ('ok', 'throttled', 'failed', 'rejected', 'lockout')"
+
+
+def _replace_outcome_check(condition: str) -> None:
+    with op.batch_alter_table("fetch_outcomes") as batch:
+        batch.drop_constraint(op.f("ck_fetch_outcomes_outcome"), type_="check")
+        batch.create_check_constraint(op.f("ck_fetch_outcomes_outcome"), condition)
+
 
 def upgrade() -> None:
     with op.batch_alter_table("cards") as batch:
@@ -32,9 +42,13 @@ def upgrade() -> None:
         batch.add_column(sa.Column("over_hard_since", UTC, nullable=True,
                                    comment="since when load has stayed over the hard bar with the governor at its floor"))
         batch.add_column(sa.Column("governed_at", UTC, nullable=True, comment="the governor's last decision"))
+    _replace_outcome_check(OUTCOMES_AFTER)
 
 
 def downgrade() -> None:
+    # The older code recorded a rejected upload as a failure.
+    op.execute("UPDATE fetch_outcomes SET outcome = 'failed' WHERE outcome = 'rejected'")
+    _replace_outcome_check(OUTCOMES_BEFORE)
     with op.batch_alter_table("pool_controls") as batch:
         batch.drop_column("governed_at")
         batch.drop_column("over_hard_since")
