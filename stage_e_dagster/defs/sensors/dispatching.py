@@ -77,8 +77,12 @@ def dispatch_tick(
     requeue = done.requests[:MAX_BATCHES_PER_TICK]
     if requeue or has_unclaimed(engine, predicate, now=now):
         steering = steer_by_load(engine, settings, cap=cap, now=now)
-        if steering.trip_id is not None:
-            return SkipReason(f"{steering.governed.reason}: opened trip {steering.trip_id}")
+        if steering.trip_id is not None:  # what reconciling settled still goes in the ledger
+            return SensorResult(
+                skip_reason=f"{steering.governed.reason}: opened trip {steering.trip_id}",
+                asset_events=done.observations,
+                cursor=context.cursor if use_cursor else None,
+            )
         if steering.changed:
             notes.append(steering.governed.reason)
             done.observations.append(governor_observation(steering))
