@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Iterator
 
 import sqlalchemy as sa
+from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.engine import make_url
 from sqlalchemy.orm import Session
 
@@ -62,6 +63,11 @@ def make_engine(url: str) -> sa.Engine:
 def engine_for(url: str) -> sa.Engine:
     """One shared engine per URL and process."""
     return make_engine(url)
+
+
+def dialect_insert(session: Session):  # type: ignore[no-untyped-def]
+    """The back end's own ``insert`` (SQLite or PostgreSQL), for ``ON CONFLICT`` compare-and-sets."""
+    return (postgresql if session.get_bind().dialect.name == "postgresql" else sqlite).insert
 
 
 @contextmanager

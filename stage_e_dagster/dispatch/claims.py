@@ -11,14 +11,10 @@ from datetime import datetime
 from typing import Sequence
 
 import sqlalchemy as sa
-from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.orm import Session
 
+from ..catalog.engine import dialect_insert
 from ..catalog.models import Card, CardClaim
-
-
-def _insert(session: Session):  # type: ignore[no-untyped-def]
-    return (postgresql if session.get_bind().dialect.name == "postgresql" else sqlite).insert
 
 
 def unclaimed_query(
@@ -76,7 +72,7 @@ def claim_cards(
     """Lease the cards to ``batch_key``; returns the ids it now holds (free, expired, or its own already)."""
     if not card_ids:
         return []
-    insert = _insert(session)
+    insert = dialect_insert(session)
     stmt = insert(CardClaim).values(
         [{"card_id": cid, "batch_key": batch_key, "expires_at": expires_at} for cid in card_ids]
     )

@@ -10,9 +10,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from datetime import datetime
 
-from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.orm import Session
 
+from ..catalog.engine import dialect_insert
 from ..catalog.models import PoolControl
 from ..envelope.governor import Bars, Governed, govern
 from ..envelope.trips import open_trip
@@ -28,8 +28,7 @@ class Steering:
 
 def pool_control(session: Session, pool: str) -> PoolControl:
     """The pool's control row, created if missing, locked for this transaction."""
-    insert = (postgresql if session.get_bind().dialect.name == "postgresql" else sqlite).insert
-    session.execute(insert(PoolControl).values(pool=pool).on_conflict_do_nothing(index_elements=["pool"]))
+    session.execute(dialect_insert(session)(PoolControl).values(pool=pool).on_conflict_do_nothing(index_elements=["pool"]))
     control = session.get(PoolControl, pool, with_for_update=True, populate_existing=True)
     assert control is not None
     return control
@@ -54,8 +53,3 @@ def steer(session: Session, settings: Settings, *, pool: str, load: float, cap: 
         trip_id = open_trip(session, "host_load", detail).trip_id
         control.over_hard_since = None  # a new trip after the ack needs a new sustained period
     return Steering(decision, changed, trip_id)
-
-
-def governed_limit(session: Session, pool: str) -> int | None:
-    control = session.get(PoolControl, pool)
-    return None if control is None else control.governed_limit

@@ -7,10 +7,10 @@ from datetime import datetime, timezone
 from typing import Any, Sequence
 
 import sqlalchemy as sa
-from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.orm import Session
 
 from ..catalog.base import utcnow
+from ..catalog.engine import dialect_insert
 from ..catalog.models import TRIP_BARS, EnvelopeTrip, FetchOutcome
 from .bars import Ceilings, EnvelopeSignals, first_breach
 
@@ -54,7 +54,7 @@ def open_trip(session: Session, bar: str, detail: dict[str, Any], *, run_id: str
     if bar == MANUAL_BAR:
         session.execute(sa.insert(EnvelopeTrip).values(**values))
     else:
-        insert = (postgresql if session.get_bind().dialect.name == "postgresql" else sqlite).insert(EnvelopeTrip)
+        insert = dialect_insert(session)(EnvelopeTrip)
         session.execute(
             insert.values(**values).on_conflict_do_nothing(index_elements=["bar"], index_where=_OPEN_PER_BAR)
         )

@@ -15,9 +15,9 @@ from dataclasses import dataclass
 from datetime import datetime
 
 import sqlalchemy as sa
-from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.orm import Session
 
+from ..catalog.engine import dialect_insert
 from ..catalog.models import Card, ImageEvidence, ManifestRollout
 from .manifest import MANIFEST_VERSIONS, stale_extractors
 
@@ -44,7 +44,7 @@ def rollout_step(session: Session, *, now: datetime, limit: int = STEP_ROWS) -> 
     already holds the write lock), so two evaluators never walk the same page twice.
     """
     fingerprint = manifest_fingerprint()
-    insert = (postgresql if session.get_bind().dialect.name == "postgresql" else sqlite).insert(ManifestRollout)
+    insert = dialect_insert(session)(ManifestRollout)
     session.execute(
         insert.values(
             name=ROLLOUT, manifest=fingerprint, position=0, requeued=0, started_at=now
