@@ -5,7 +5,12 @@ be worth one: ``STAGE_E_BATCH_TARGET_S`` of it, at the seconds per card recent b
 less waiting than the free dispatch slots could take at that size (a trickle), what waits goes out
 at once instead of waiting for a full batch, spread over the free slots as long as each batch still
 holds a run's start-up worth of work. ``STAGE_E_MICRO_BATCH_SIZE``, when set, replaces all of this
-with a fixed count (at most that many cards per batch, as before).
+with a fixed count (at most that many cards per batch, one run per slot, as before).
+
+While the pool itself caps how many dispatch runs go at once, each slot also holds one batch queued
+behind its running one: when a run ends, Dagster's run queue starts the next within a second, not
+after the next sensor tick. A backlog that the queue could hold in smaller batches is split evenly
+over it, so the last batches end together rather than leaving a slot idle.
 """
 
 from __future__ import annotations
@@ -37,6 +42,8 @@ DEFAULT_SECONDS_PER_CARD = 0.15
 RUN_START_S = 2.5
 # How many of the newest succeeded batches the measure looks at (read through (status, finished_at)).
 HISTORY_BATCHES = 20
+# Batches queued behind each running one while the pool caps the running ones (see the module's docstring).
+QUEUED_AHEAD_PER_SLOT = 1
 # A batch that took no measurable time must not make the next one unbounded (the ceiling holds anyway).
 MIN_SECONDS_PER_CARD = 0.001
 
@@ -49,14 +56,15 @@ TRICKLE = "trickle"
 class BatchPlan:
     """How many cards per batch and how many batches. The rest says why, for logs and tests:
     ``basis`` is ``fixed`` (the setting), ``backlog`` (full work-sized batches) or ``trickle``
-    (what waits, spread over the free slots); ``waiting`` is the unclaimed backlog counted, up to
-    what the batches could take."""
+    (what waits, spread evenly over the queue); ``waiting`` is the unclaimed backlog counted, up to
+    what the queue could take; ``depth`` is how many runs may be queued or going."""
 
     batch_size: int
     max_batches: int
     basis: str = FIXED
     seconds_per_card: float | None = None
     waiting: int | None = None
+    depth: int | None = None
 
 
 def history_query() -> sa.Select[tuple[datetime | None, datetime | None, int]]:
@@ -107,29 +115,39 @@ def plan_for_tick(
     *,
     in_flight_runs: int,
     cap: int | None = None,
+    queue_ahead: bool = False,
     session: Session,
     predicate: sa.ColumnElement[bool],
     now: datetime,
 ) -> BatchPlan:
     """Batches for one sensor tick: enough to fill the free dispatch slots, never more.
 
-    ``cap`` is the dispatch pool's limit as it stands (an operator may have set their own); the
-    setting when unknown. ``predicate`` is the backlog the tick selects from. Costs two bounded reads:
-    the newest succeeded batches, and the backlog counted up to what the free slots could take."""
+    ``cap`` is the dispatch concurrency as it stands (an operator's own pool limit, or the governed
+    one); the setting when unknown. ``queue_ahead`` says the pool's limit is that cap, so runs queued
+    beyond it wait for a slot: then each slot may also hold ``QUEUED_AHEAD_PER_SLOT`` batches.
+    ``in_flight_runs`` counts queued and going runs alike. ``predicate`` is the backlog the tick
+    selects from. Costs two bounded reads: the newest succeeded batches, and the backlog counted up
+    to what the queue could take."""
     limit = settings.max_concurrent_dispatches if cap is None else cap
-    slots = min(max(0, limit - in_flight_runs), MAX_BATCHES_PER_TICK)
     if settings.micro_batch_size is not None:
-        return BatchPlan(batch_size=settings.micro_batch_size, max_batches=slots)
+        slots = min(max(0, limit - in_flight_runs), MAX_BATCHES_PER_TICK)
+        return BatchPlan(batch_size=settings.micro_batch_size, max_batches=slots, depth=limit)
+    depth = limit * (1 + QUEUED_AHEAD_PER_SLOT) if queue_ahead else limit
+    slots = min(max(0, depth - in_flight_runs), MAX_BATCHES_PER_TICK)
     if slots == 0:
-        return BatchPlan(batch_size=MIN_BATCH_CARDS, max_batches=0, basis=TRICKLE, waiting=None)
+        return BatchPlan(batch_size=MIN_BATCH_CARDS, max_batches=0, basis=TRICKLE, depth=depth)
     rate = measured_seconds_per_card(session) or DEFAULT_SECONDS_PER_CARD
     full = work_sized(settings, rate)
-    waiting = waiting_cards(session, predicate, now=now, up_to=slots * full)
-    if waiting >= slots * full:
-        return BatchPlan(batch_size=full, max_batches=slots, basis=BACKLOG, seconds_per_card=rate, waiting=waiting)
+    waiting = waiting_cards(session, predicate, now=now, up_to=depth * full)
+    if waiting >= depth * full:
+        return BatchPlan(batch_size=full, max_batches=slots, basis=BACKLOG, seconds_per_card=rate, waiting=waiting,
+                         depth=depth)
+    # Less than a full queue waits: an even share per place in the queue, so the batches end together,
+    # but never so small that a run's start-up costs more than the work it holds.
     worth_a_run = min(full, math.ceil(RUN_START_S / rate))
-    size = max(MIN_BATCH_CARDS, worth_a_run, math.ceil(waiting / slots))
-    return BatchPlan(batch_size=size, max_batches=slots, basis=TRICKLE, seconds_per_card=rate, waiting=waiting)
+    size = max(MIN_BATCH_CARDS, worth_a_run, math.ceil(waiting / depth))
+    return BatchPlan(batch_size=size, max_batches=slots, basis=TRICKLE, seconds_per_card=rate, waiting=waiting,
+                     depth=depth)
 
 
 def plan_for_sweep(settings: Settings, *, max_batches: int, session: Session) -> BatchPlan:

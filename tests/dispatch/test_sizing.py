@@ -51,9 +51,10 @@ def add_history(engine: sa.Engine, *, seconds: float, cards: int, batches: int =
             ))
 
 
-def tick(engine: sa.Engine, s: Settings, *, in_flight: int = 0):
+def tick(engine: sa.Engine, s: Settings, *, in_flight: int = 0, queue_ahead: bool = False):
     with session_scope(engine) as session:
-        return plan_for_tick(s, in_flight_runs=in_flight, session=session, predicate=STAGE_C_PENDING, now=utcnow())
+        return plan_for_tick(s, in_flight_runs=in_flight, queue_ahead=queue_ahead, session=session,
+                             predicate=STAGE_C_PENDING, now=utcnow())
 
 
 def test_without_history_a_batch_holds_the_target_at_the_default_rate(engine: sa.Engine) -> None:
@@ -109,6 +110,30 @@ def test_a_trickle_goes_out_at_once_spread_over_the_free_slots(engine: sa.Engine
     plan = tick(engine, settings(), in_flight=1)  # claimed cards are not waiting; one slot left
     assert (plan.basis, plan.max_batches, plan.waiting) == (TRICKLE, 1, 1)
     assert batch_cards(engine, plan) == [more]
+
+
+def test_with_the_pool_as_the_limit_each_slot_also_queues_one_batch(engine: sa.Engine) -> None:
+    insert_cards(engine, 1000)
+    plan = tick(engine, settings(batch_target_s=3.0), queue_ahead=True)  # 20 cards a batch, 2 slots
+    assert (plan.basis, plan.batch_size, plan.max_batches, plan.depth) == (BACKLOG, 20, 4, 4)
+    plan = tick(engine, settings(batch_target_s=3.0), in_flight=3, queue_ahead=True)
+    assert plan.max_batches == 1
+    plan = tick(engine, settings(batch_target_s=3.0), in_flight=4, queue_ahead=True)
+    assert plan.max_batches == 0
+    # Without the pool as the limit (a governed limit below it), nothing waits beyond the slots.
+    assert tick(engine, settings(batch_target_s=3.0), in_flight=2).max_batches == 0
+
+
+def test_less_than_a_full_queue_is_split_evenly_so_the_last_batches_end_together(engine: sa.Engine) -> None:
+    ids = insert_cards(engine, 600)
+    plan = tick(engine, settings(), queue_ahead=True)  # work size 200 at the default rate; 4 places take 800
+    assert (plan.basis, plan.batch_size, plan.max_batches, plan.waiting) == (TRICKLE, 150, 4, 600)
+    assert batch_cards(engine, plan) == [ids[i:i + 150] for i in range(0, 600, 150)]
+    # The tail: one place free, 90 left; a quarter goes now, the rest as places free up.
+    tail = insert_cards(engine, 90, prefix="tail")
+    plan = tick(engine, settings(), in_flight=3, queue_ahead=True)
+    assert (plan.batch_size, plan.max_batches, plan.waiting) == (23, 1, 90)
+    assert batch_cards(engine, plan) == [tail[:23]]
 
 
 def test_a_small_trickle_is_not_split_below_a_run_s_start_up_of_work(engine: sa.Engine) -> None:

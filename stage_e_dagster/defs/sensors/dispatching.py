@@ -62,7 +62,7 @@ def dispatch_tick(
                 return SkipReason(f"{verdict.reason}; cancelled {cancelled} queued dispatch run(s)")
         return SkipReason(verdict.reason)
     release_hold(instance, engine)
-    cap = apply_pool_setting(instance, engine, settings.max_concurrent_dispatches)
+    cap = pool_cap = apply_pool_setting(instance, engine, settings.max_concurrent_dispatches)
 
     cursor = int(context.cursor) if use_cursor and context.cursor else 0
     now = utcnow()
@@ -86,11 +86,15 @@ def dispatch_tick(
         if steering.changed:
             notes.append(steering.governed.reason)
             done.observations.append(governor_observation(steering))
-        cap = min(cap, steering.governed.limit) if cap is not None else steering.governed.limit
+        cap = min(pool_cap, steering.governed.limit) if pool_cap is not None else steering.governed.limit
+    # Runs queued beyond the pool's limit wait for a slot only while the pool is the limit: under a
+    # governed limit below it, the sensor alone keeps the count, so nothing is queued ahead.
+    queue_ahead = pool_cap is not None and cap == pool_cap
     in_flight = len(active_dispatch_runs(instance))
     with session_scope(engine) as session:
         plan = plan_for_tick(
-            settings, in_flight_runs=in_flight + len(requeue), cap=cap, session=session, predicate=predicate, now=now
+            settings, in_flight_runs=in_flight + len(requeue), cap=cap, queue_ahead=queue_ahead, session=session,
+            predicate=predicate, now=now,
         )
         plan = replace(plan, max_batches=min(plan.max_batches, MAX_BATCHES_PER_TICK - len(requeue)))
         fresh = create_batches(
@@ -107,7 +111,9 @@ def dispatch_tick(
     notes += done.notes
     if not batches:
         if plan.max_batches == 0 and not requeue:
-            reason = f"{in_flight} dispatch run(s) in flight, at the governed limit of {cap}"
+            reason = f"{in_flight} dispatch run(s) queued or going, the most for a limit of {cap}" + (
+                " (one queued behind each running)" if queue_ahead else ""
+            )
         else:
             reason = f"no unclaimed cards waiting for {trigger_reason}" + (
                 f" (newest seen id {cursor})" if use_cursor else ""
