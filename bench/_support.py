@@ -24,6 +24,7 @@ from stage_e_dagster.catalog.migrate import upgrade
 from stage_e_dagster.catalog.models import Card, MicroBatch
 from stage_e_dagster.corpus.seed import seed_corpus
 from stage_e_dagster.defs.instance import EMBEDDED_INSTANCE_YAML, PROJECT_ROOT, WORKSPACE_YAML
+from stage_e_dagster.process_groups import reset_signals, signal_group, wait_group_gone
 
 BIN = Path(sys.executable).parent
 PG_SERVER = os.environ.get("STAGE_E_BENCH_PG_URL", "postgresql+psycopg2://postgres@127.0.0.1:5432/postgres")
@@ -139,14 +140,6 @@ def child_environment(home: Path, **overrides: str) -> dict[str, str]:
     return env | {"DAGSTER_HOME": str(home)} | overrides
 
 
-def _default_signals() -> None:
-    # A shell that started this benchmark in the background may have left SIGINT ignored, and the
-    # child would inherit that; its own process group lets the stop reach every process it starts.
-    signal.signal(signal.SIGINT, signal.SIG_DFL)
-    signal.signal(signal.SIGTERM, signal.SIG_DFL)
-    os.setpgrp()
-
-
 @contextmanager
 def running_daemon(env: dict[str, str], log_path: Path) -> Iterator[subprocess.Popen[bytes]]:
     """``dagster-daemon run`` on the project's workspace; stopped on exit (SIGTERM to its process
@@ -154,20 +147,17 @@ def running_daemon(env: dict[str, str], log_path: Path) -> Iterator[subprocess.P
     with open(log_path, "ab") as log:
         daemon = subprocess.Popen([str(BIN / "dagster-daemon"), "run", "-w", str(WORKSPACE_YAML)], env=env,
                                   cwd=PROJECT_ROOT, stdout=log, stderr=subprocess.STDOUT,
-                                  preexec_fn=_default_signals)
+                                  preexec_fn=reset_signals)
     try:
         yield daemon
     finally:
-        _signal_group(daemon.pid, signal.SIGTERM)
+        signal_group(daemon.pid, signal.SIGTERM)
         try:
             daemon.wait(timeout=30)
         except subprocess.TimeoutExpired:
-            _signal_group(daemon.pid, signal.SIGKILL)
+            signal_group(daemon.pid, signal.SIGKILL)
             daemon.wait()
-
-
-def _signal_group(pgid: int, signum: int) -> None:
-    try:
-        os.killpg(pgid, signum)
-    except ProcessLookupError:  # the whole group has already exited
-        pass
+        # The code server and run workers may still be writing to the state folder the caller is
+        # about to delete: wait for the whole group, and SIGKILL what is left after 30 s.
+        if not wait_group_gone(daemon.pid, 30.0):
+            signal_group(daemon.pid, signal.SIGKILL)

@@ -26,10 +26,15 @@ SQL in it, the slowest instance statements at the largest size, then per sensor
 ``ratio <sensor> 100k/1k`` (target <= 1.5: a tick's cost must not grow with run history), and
 the same for all sensors' ticks of one round added up.
 
+``--partitions`` gives each size that many ``micro_batches`` dynamic partitions as well (one count
+per history size, in the same order), bulk-added before timing, so the ticks also face the
+partition count a busy instance carries between retention passes.
+
 Usage:
   python bench/sensor_history.py                         # SQLite instances, 1,000 and 100,000 runs
   python bench/sensor_history.py --postgres              # PostgreSQL instances and catalogues (127.0.0.1:5432)
   python bench/sensor_history.py --runs 100,1000 --reps 2   # smoke size, seconds
+  python bench/sensor_history.py --postgres --partitions 1000,50000   # and 1k / 50k dynamic partitions
 """
 
 from __future__ import annotations
@@ -69,6 +74,7 @@ from sensor_tick import build_catalogue  # noqa: E402
 
 from stage_e_dagster.catalog.engine import engine_for  # noqa: E402
 from stage_e_dagster.definitions import defs  # noqa: E402
+from stage_e_dagster.defs.partitions import micro_batches  # noqa: E402
 from stage_e_dagster.defs.resources import StageEResource  # noqa: E402
 from stage_e_dagster.defs.tags import DISPATCH_TAG, PARTITION_TAG, dispatch_tags  # noqa: E402
 from stage_e_dagster.settings import load_settings  # noqa: E402
@@ -207,6 +213,28 @@ def build_history(instance: DagsterInstance, count: int) -> History:
     print(f"  {count:,} past dispatch runs in {time.perf_counter() - started:.1f} s; the instance reads "
           + ", ".join(f"{v:,} {k}" for k, v in seen.items()), flush=True)
     return history
+
+
+def build_partitions(instance: DagsterInstance, count: int) -> None:
+    """Add ``count`` finished-looking ``micro_batches`` partitions (keys shaped as the sensor's) and
+    check the instance counts them."""
+    started = time.perf_counter()
+    keys = [f"mb-20260101T000000-p{i:08x}" for i in range(count)]
+    for start in range(0, count, CHUNK):
+        instance.add_dynamic_partitions(micro_batches.name, keys[start : start + CHUNK])
+    seen = len(instance.get_dynamic_partitions(micro_batches.name))
+    if seen != count:
+        raise SystemExit(f"the instance reads {seen} dynamic partitions, expected {count}")
+    print(f"  {count:,} dynamic partitions in {time.perf_counter() - started:.1f} s", flush=True)
+
+
+@contextmanager
+def pg_instance() -> Iterator[DagsterInstance]:
+    """A Dagster instance whose storage is a throwaway PostgreSQL database, dropped afterwards."""
+    with pg_database("stage_e_bench_instance") as url:
+        overrides = {**INSTANCE_OVERRIDES, "storage": {"postgres": {"postgres_url": url}}}
+        with instance_for_test(overrides=overrides) as instance:
+            yield instance
 
 
 def start_in_flight_batch(instance: DagsterInstance, resource: StageEResource) -> int:
@@ -363,20 +391,24 @@ def report(label: str, sensors: list[SensorDefinition], locations: list[Location
 
 
 def bench(label: str, make_catalogue: Callable[[], Any], make_instance: Callable[[], Any], sizes: list[int],
-          args: argparse.Namespace) -> None:
+          args: argparse.Namespace, partitions: list[int] | None = None) -> float:
+    """Time every sensor at each history size (and partition count, if given) and print the report;
+    returns the whole-round median ratio, largest size over smallest."""
     sensors = [defs.resolve_sensor_def(s.name) for s in defs.sensors]
     if args.sensors:
         sensors = [s for s in sensors if s.name in args.sensors.split(",")]
     print(f"[{label}] sensors: {', '.join(s.name for s in sensors)}", flush=True)
     with ExitStack() as stack:
         locations, urls = [], set()
-        for runs in sizes:
+        for i, runs in enumerate(sizes):
             url = stack.enter_context(make_catalogue())
             urls.add(url)
             build_catalogue(url, cards=CATALOGUE_CARDS, backlog=BATCH_SIZE * args.in_flight, newest=0)
             stack.callback(engine_for(url).dispose)
             instance = stack.enter_context(make_instance())
             history = build_history(instance, runs)
+            if partitions:
+                build_partitions(instance, partitions[i])
             location = Location(instance, url, history, sensors)
             started = start_in_flight_batch(instance, location.resource)
             if started != args.in_flight:
@@ -386,6 +418,7 @@ def bench(label: str, make_catalogue: Callable[[], Any], make_instance: Callable
         stack.callback(timer.close)
         totals = time_interleaved(locations, sensors, timer, reps=args.reps, warmup=args.warmup)
         report(label, sensors, locations, totals, args.top)
+    return median(totals[-1]) / median(totals[0])
 
 
 def main() -> int:
@@ -397,23 +430,21 @@ def main() -> int:
     parser.add_argument("--sensors", default="", help="comma-separated sensor names (default: every sensor)")
     parser.add_argument("--top", type=int, default=2, help="slowest instance statements to list per sensor")
     parser.add_argument("--postgres", action="store_true", help="PostgreSQL instances and catalogues")
+    parser.add_argument("--partitions", default="",
+                        help="comma-separated dynamic partition counts, one per history size (default: none)")
     args = parser.parse_args()
     sizes = sorted(int(s) for s in args.runs.split(","))
     if len(sizes) < 2 or sizes[0] < 1:
         parser.error("need two or more history sizes, each at least 1")
+    partitions = sorted(int(p) for p in args.partitions.split(",")) if args.partitions else None
+    if partitions is not None and len(partitions) != len(sizes):
+        parser.error("--partitions needs one count per history size")
 
     with tempfile.TemporaryDirectory(prefix="stage-e-bench-") as tmp:
         streaming_environment(Path(tmp), database_url=f"sqlite:///{Path(tmp) / 'unused.sqlite'}",
                               batch_size=BATCH_SIZE)
         if args.postgres:
-            @contextmanager
-            def pg_instance() -> Iterator[DagsterInstance]:
-                with pg_database("stage_e_bench_instance") as url:
-                    overrides = {**INSTANCE_OVERRIDES, "storage": {"postgres": {"postgres_url": url}}}
-                    with instance_for_test(overrides=overrides) as instance:
-                        yield instance
-
-            bench("postgres", lambda: pg_database("stage_e_bench_history"), pg_instance, sizes, args)
+            bench("postgres", lambda: pg_database("stage_e_bench_history"), pg_instance, sizes, args, partitions)
         else:
             counter = iter(range(len(sizes)))
 
@@ -423,7 +454,8 @@ def main() -> int:
                 yield f"sqlite:///{path}"
                 path.unlink(missing_ok=True)
 
-            bench("sqlite", sqlite_url, lambda: instance_for_test(overrides=INSTANCE_OVERRIDES), sizes, args)
+            bench("sqlite", sqlite_url, lambda: instance_for_test(overrides=INSTANCE_OVERRIDES), sizes, args,
+                  partitions)
     return 0
 
 

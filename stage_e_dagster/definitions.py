@@ -4,7 +4,10 @@ from __future__ import annotations
 
 from dagster import Definitions
 
+from .defs.ack_job import acknowledge_trip_job
 from .defs.assets import stage_c_evidence, stage_d_verdicts
+from .defs.checks import no_open_trip
+from .defs.envelope_asset import stage_e_envelope
 from .defs.jobs import stage_e_dispatch
 from .defs.resources import StageEResource
 from .defs.sensors.backstop_sweep import backstop_sweep_sensor
@@ -14,8 +17,9 @@ from .defs.sensors.evidence_changed import evidence_changed_sensor
 from .defs.sensors.retention import retention_sensor
 
 defs = Definitions(
-    assets=[stage_c_evidence, stage_d_verdicts],
-    jobs=[stage_e_dispatch],
+    assets=[stage_c_evidence, stage_d_verdicts, stage_e_envelope],
+    asset_checks=[no_open_trip],
+    jobs=[stage_e_dispatch, acknowledge_trip_job],
     sensors=[
         card_created_sensor,
         evidence_changed_sensor,

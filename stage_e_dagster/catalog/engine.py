@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from contextlib import contextmanager
 from functools import lru_cache
 from pathlib import Path
@@ -17,11 +18,29 @@ class DatabaseUrlError(ValueError):
     """The catalogue URL names a driver this project does not ship."""
 
 
+# The password of user:password@ in a URL that may not parse: from the ':' after the user (just past
+# '//', or at the start when there is no '//') to the last '@'.
+_PASSWORD_AFTER_SLASHES = re.compile(r"(?P<head>//[^\s:/@]*):\S*@")
+_PASSWORD_AT_START = re.compile(r"^(?P<head>[^\s:/@]*):\S*@")
+
+
+def masked_url(url: str) -> str:
+    """``url`` fit to print: its password replaced by ``***``, even when the URL does not parse.
+
+    Catalogue URLs carry the database password, and error messages end up in tick history, run
+    events and logs, so every message that names a URL goes through this."""
+    try:
+        return make_url(url).render_as_string(hide_password=True)
+    except (sa.exc.ArgumentError, ValueError):
+        pattern = _PASSWORD_AFTER_SLASHES if "//" in url else _PASSWORD_AT_START
+        return pattern.sub(r"\g<head>:***@", url)
+
+
 def _check_url(url: str) -> sa.URL:
     try:
         parsed = make_url(url)
-    except sa.exc.ArgumentError as exc:
-        raise DatabaseUrlError(f"not a database URL: {url!r}") from exc
+    except (sa.exc.ArgumentError, ValueError) as exc:  # ValueError: a port that is not a number
+        raise DatabaseUrlError(f"not a database URL: {masked_url(url)!r}") from exc
     if parsed.drivername not in ("sqlite", "sqlite+pysqlite", "postgresql+psycopg2"):
         raise DatabaseUrlError(
             f"unsupported database URL scheme {parsed.drivername!r}: use sqlite:///PATH or postgresql+psycopg2://..."

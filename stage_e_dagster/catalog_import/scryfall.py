@@ -1,11 +1,20 @@
-"""Import Scryfall's bulk card data into the canonical catalogue, as a stream.
+"""Import Scryfall card data into the canonical catalogue, as a stream.
+
+Accepted files: a JSON array of card objects (the bulk files), JSON Lines (one card object a
+line), a single card object, or a list object (``{"object": "list", "data": [...]}``, an API
+page), UTF-8 with or without a byte-order mark. Anything else -- not JSON, a set list, an object
+that is not ``"object": "card"``, a file without one card -- is refused with one line saying what
+was found; a file that breaks off stops the import there, keeping the batches before it.
 
 Which records become printings: every card object except the layouts that are not identification
 targets for uploaded card images -- ``token``, ``double_faced_token``, ``emblem`` and
 ``art_series`` (tokens are their own card type upstream, and art-series cards carry no game
 text). Everything else is kept, digital-only cards included: their names (``A-Cosmos Elixir``)
 differ from the paper card's, so they never widen a paper card's candidates. Multi-face cards are
-one printing named ``"Front // Back"``; Stage D's name index also files them under each face.
+one printing named ``"Front // Back"`` that also keeps its faces' names; every printing keeps the
+name printed on it in its own language, so Stage D finds a French upload by its French name. A bad
+record inside a good file (not a card, a missing or mistyped field) is skipped, counted by reason,
+and the first few are described in the report.
 
 Records are read one at a time with ijson, never the whole file, and written in batches, each its
 own transaction. Printings are upserted on the Scryfall id, so importing the same file twice adds
@@ -38,6 +47,13 @@ log = logging.getLogger(__name__)
 NOT_IDENTIFICATION_TARGETS = frozenset({"token", "double_faced_token", "emblem", "art_series"})
 IMAGE_SUFFIXES = (".jpg", ".jpeg", ".png", ".webp")
 BATCH_SIZE = 500
+SKIP_EXAMPLES = 5  # bad records described in the report; the rest are only counted
+UTF8_BOM = b"\xef\xbb\xbf"
+JSON_WHITESPACE = b" \t\r\n"
+REQUIRED_TEXT = ("id", "set", "collector_number", "name")
+PRINTING_COLUMNS = ("name", "normalized_name", "printed_name", "face_names", "printed_face_names",
+                    "collector_number", "lang", "artist", "border_color", "frame", "layout", "released_at")
+OPTIONAL_TEXT = ("lang", "printed_name", "artist", "set_name", "border_color", "frame", "layout", "released_at")
 
 
 class ScryfallImportError(ValueError):
@@ -46,6 +62,7 @@ class ScryfallImportError(ValueError):
 
 @dataclass
 class ImportReport:
+    shape: str = ""
     records_read: int = 0
     printings_inserted: int = 0
     printings_updated: int = 0
@@ -54,13 +71,22 @@ class ImportReport:
     images_missing: int = 0
     images_unreadable: int = 0
     skipped: Counter[str] = field(default_factory=Counter)
+    skip_examples: list[str] = field(default_factory=list)
+    found: Counter[str] = field(default_factory=Counter)  # what the records were: "card", "object 'set'", ...
+
+    def skip(self, reason: str, example: str | None = None) -> None:
+        """Count a skipped record; describe the first few bad ones so the user can find them."""
+        self.skipped[reason] += 1
+        if example is not None and len(self.skip_examples) < SKIP_EXAMPLES:
+            self.skip_examples.append(f"record {self.records_read}: {example}")
 
     def as_dict(self) -> dict[str, Any]:
         return {
-            "records_read": self.records_read, "printings_inserted": self.printings_inserted,
-            "printings_updated": self.printings_updated, "expansions_inserted": self.expansions_inserted,
-            "art_hashed": self.art_hashed, "images_missing": self.images_missing,
-            "images_unreadable": self.images_unreadable, "skipped": dict(sorted(self.skipped.items())),
+            "shape": self.shape, "records_read": self.records_read,
+            "printings_inserted": self.printings_inserted, "printings_updated": self.printings_updated,
+            "expansions_inserted": self.expansions_inserted, "art_hashed": self.art_hashed,
+            "images_missing": self.images_missing, "images_unreadable": self.images_unreadable,
+            "skipped": dict(sorted(self.skipped.items())), "skip_examples": list(self.skip_examples),
         }
 
 
@@ -73,47 +99,184 @@ def import_scryfall(
     batch_size: int = BATCH_SIZE,
     progress: Callable[[int], None] | None = None,
 ) -> ImportReport:
-    """Upsert expansions (from ``sets_path`` and the cards) and printings from a Scryfall bulk file."""
+    """Upsert expansions (from ``sets_path`` and the cards) and printings from a Scryfall card file.
+
+    Raises ScryfallImportError, naming the file, when a file is not card (or set) data, holds no
+    importable card, or breaks off.
+    """
     report = ImportReport()
     try:
-        if sets_path is not None:
-            with open(sets_path, "rb") as fh:
-                sets = [_set_row(obj) for obj in _stream(fh) if isinstance(obj, dict) and obj.get("code")]
-            with Session(engine) as session, session.begin():
-                report.expansions_inserted += _upsert_expansions(session, sets)
         with open(cards_path, "rb") as fh:
+            # Look at the cards file first: a wrong file is refused before the sets are written.
+            report.shape, records = _records(fh, cards_path)
+            if sets_path is not None:
+                _import_sets(engine, sets_path, report)
             batch: list[dict[str, Any]] = []
-            for obj in _stream(fh):
-                report.records_read += 1
-                row = _printing_row(obj, report.skipped)
-                if row is not None:
-                    batch.append(row)
-                if len(batch) >= batch_size:
+            try:
+                for obj in _reading(records, cards_path, report):
+                    row = _printing_row(obj, report)
+                    if row is not None:
+                        batch.append(row)
+                    if len(batch) >= batch_size:
+                        _write_batch(engine, batch, images_dir, report)
+                        batch = []
+                        if progress is not None:
+                            progress(report.records_read)
+            except ScryfallImportError:
+                # Records read before a fault are whole: write them, so the error's count is what was imported.
+                if batch:
                     _write_batch(engine, batch, images_dir, report)
-                    batch = []
-                    if progress is not None:
-                        progress(report.records_read)
+                raise
             if batch:
                 _write_batch(engine, batch, images_dir, report)
-    except (ijson.JSONError, ijson.IncompleteJSONError) as exc:
-        raise ScryfallImportError(
-            f"not valid Scryfall JSON after {report.records_read} records: {exc}"
-        ) from exc
     finally:
         invalidate_name_index()
+    if report.shape == "objects":
+        report.shape = "JSON Lines" if report.records_read > 1 else "single object"
+    _refuse_if_nothing_kept(cards_path, report)
     if progress is not None:
         progress(report.records_read)
     return report
 
 
-def _stream(fh: BinaryIO) -> Iterator[Any]:
-    """Objects of a top-level JSON array (bulk files) or of a list object's ``data`` (API pages)."""
-    head = fh.read(512).lstrip()
-    fh.seek(0)
-    prefix = "item" if head.startswith(b"[") else "data.item"
-    if not head.startswith((b"[", b"{")):
-        raise ScryfallImportError("the file does not start with a JSON array or object")
-    yield from ijson.items(fh, prefix, use_float=True)
+def _import_sets(engine: sa.Engine, sets_path: Path, report: ImportReport) -> None:
+    sets, found = [], Counter[str]()
+    with open(sets_path, "rb") as fh:
+        _, records = _records(fh, sets_path)
+        for obj in _records_of(records, sets_path):
+            kind = _kind(obj)
+            found[kind] += 1
+            if kind == "object 'set'" and _text(obj.get("code")):
+                sets.append(_set_row(obj))
+    if not sets:
+        raise ScryfallImportError(
+            f"{sets_path}: no set records ({_describe(found)}); --sets takes Scryfall's /sets list")
+    with Session(engine) as session, session.begin():
+        report.expansions_inserted += _upsert_expansions(session, sets)
+
+
+def _refuse_if_nothing_kept(path: Path, report: ImportReport) -> None:
+    """A file that gave not one printing is an error, never a quiet success with 0 records."""
+    if report.printings_inserted or report.printings_updated or report.skipped["duplicate-collector-number"]:
+        return
+    if not report.found["card"]:
+        raise ScryfallImportError(f"{path}: not Scryfall card data: no card records ({_describe(report.found)})")
+    skipped = ", ".join(f"{k} {v}" for k, v in sorted(report.skipped.items()))
+    first = f"; first: {report.skip_examples[0]}" if report.skip_examples else ""
+    raise ScryfallImportError(
+        f"{path}: no importable card among {report.found['card']} card records (skipped: {skipped}){first}"
+    )
+
+
+def _records(fh: BinaryIO, path: Path) -> tuple[str, Iterator[Any]]:
+    """The file's shape and a stream of its top-level records; refuses a file that is not JSON.
+
+    ``array`` (bulk files), ``list object`` (API pages: the items of ``data``) or ``objects``: one
+    or more top-level objects, which covers JSON Lines, blank lines and CRLF included, and a
+    single object.
+    """
+    start = _payload_start(fh, path)
+    fh.seek(start)
+    first = fh.read(1)
+    fh.seek(start)
+    if first == b"[":
+        return "array", ijson.items(fh, "item", use_float=True)
+    if first != b"{":
+        raise ScryfallImportError(
+            f"{path}: not a JSON array or object: it starts with {_preview(fh, start)}; {_ACCEPTED}")
+    is_list = _first_object_is_a_list(fh, path)
+    fh.seek(start)
+    if is_list:
+        return "list object", ijson.items(fh, "data.item", use_float=True, multiple_values=True)
+    return "objects", ijson.items(fh, "", use_float=True, multiple_values=True)
+
+
+_ACCEPTED = "Scryfall card data is a JSON array, JSON Lines, one card object or a list object"
+
+
+def _payload_start(fh: BinaryIO, path: Path) -> int:
+    """Offset of the first JSON character, past a UTF-8 byte-order mark and leading whitespace."""
+    head = fh.read(4)
+    if not head:
+        raise ScryfallImportError(f"{path}: the file is empty; {_ACCEPTED}")
+    if head.startswith(b"\x1f\x8b"):
+        raise ScryfallImportError(f"{path}: the file is gzip-compressed: decompress it first (gunzip)")
+    if head.startswith((b"\xff\xfe", b"\xfe\xff")):
+        raise ScryfallImportError(f"{path}: the file is UTF-16 text: save it as UTF-8")
+    offset = len(UTF8_BOM) if head.startswith(UTF8_BOM) else 0
+    fh.seek(offset)
+    while True:
+        chunk = fh.read(65536)
+        if not chunk:
+            raise ScryfallImportError(f"{path}: the file holds only whitespace; {_ACCEPTED}")
+        stripped = chunk.lstrip(JSON_WHITESPACE)
+        if stripped:
+            return offset + len(chunk) - len(stripped)
+        offset += len(chunk)
+
+
+def _preview(fh: BinaryIO, start: int) -> str:
+    fh.seek(start)
+    head = fh.read(80)
+    line = head.splitlines()[0] if head else b""
+    return repr(line.decode("utf-8", errors="replace")[:40])
+
+
+def _first_object_is_a_list(fh: BinaryIO, path: Path) -> bool:
+    """Whether the first top-level object has a ``data`` array (a list object) -- read no further than that."""
+    try:
+        events = ijson.parse(fh, multiple_values=True)
+        for prefix, event, value in events:
+            if prefix == "" and event == "map_key" and value == "data":
+                return next(events)[1] == "start_array"
+            if prefix == "" and event == "end_map":
+                return False
+    except (ijson.JSONError, ijson.IncompleteJSONError, StopIteration) as exc:
+        raise ScryfallImportError(f"{path}: not valid Scryfall JSON in its first record: {_first_line(exc)}") from exc
+    return False
+
+
+def _records_of(records: Iterator[Any], path: Path) -> Iterator[Any]:
+    """The records, with a parse error turned into one line that names the file."""
+    count = 0
+    try:
+        for obj in records:
+            count += 1
+            yield obj
+    except (ijson.JSONError, ijson.IncompleteJSONError) as exc:
+        raise ScryfallImportError(f"{path}: not valid Scryfall JSON after {count} records: {_first_line(exc)}") from exc
+
+
+def _reading(records: Iterator[Any], path: Path, report: ImportReport) -> Iterator[Any]:
+    for obj in _records_of(records, path):
+        report.records_read += 1
+        report.found[_kind(obj)] += 1
+        yield obj
+
+
+def _first_line(exc: Exception) -> str:
+    return (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+
+
+def _kind(obj: Any) -> str:
+    """What a record is, in words for a message: ``card``, ``object 'set'``, ``an array``, ..."""
+    if isinstance(obj, dict):
+        kind = obj.get("object")
+        if kind == "card":
+            return "card"
+        if isinstance(kind, str):
+            return f"object {kind!r}"
+        keys = ", ".join(sorted(map(str, obj))[:4]) or "none"
+        return f"object without \"object\" (keys: {keys})"
+    return {list: "an array", str: "a string", bool: "a boolean", type(None): "null"}.get(type(obj), "a number")
+
+
+def _describe(found: Counter[str]) -> str:
+    if not found:
+        return "found no records"
+    parts = [f"{n} x {kind}" for kind, n in found.most_common(3)]
+    more = len(found) - 3
+    return "found " + ", ".join(parts) + (f" and {more} other kinds" if more > 0 else "")
 
 
 def _date(value: Any) -> date | None:
@@ -125,29 +288,49 @@ def _date(value: Any) -> date | None:
 
 def _set_row(obj: dict[str, Any]) -> dict[str, Any]:
     return {"code": str(obj["code"]).lower(), "name": str(obj.get("name") or obj["code"])[:200],
-            "released_at": _date(obj.get("released_at")), "scryfall_id": obj.get("id")}
+            "released_at": _date(obj.get("released_at")), "scryfall_id": obj.get("id"),
+            "card_count": obj["card_count"] if isinstance(obj.get("card_count"), int) else None}
 
 
-def _printing_row(obj: Any, skipped: Counter[str]) -> dict[str, Any] | None:
-    if not isinstance(obj, dict) or obj.get("object", "card") != "card":
-        skipped["not-a-card"] += 1
+def _printing_row(obj: Any, report: ImportReport) -> dict[str, Any] | None:
+    """The printing a card record becomes, or None (counted in the report) when it is skipped."""
+    kind = _kind(obj)
+    if kind != "card":
+        report.skip("not-a-card", kind)
         return None
-    if not all(obj.get(key) for key in ("id", "set", "collector_number", "name")):
-        skipped["missing-fields"] += 1
+    ident = f"id {obj['id']}" if isinstance(obj.get("id"), str) else "no id"
+    missing = [key for key in REQUIRED_TEXT if obj.get(key) in (None, "")]
+    if missing:
+        report.skip("missing-fields", f"{ident}: missing {', '.join(missing)}")
+        return None
+    mistyped = [key for key in REQUIRED_TEXT if not isinstance(obj[key], (str, int)) or isinstance(obj[key], bool)]
+    mistyped += [key for key in OPTIONAL_TEXT if obj.get(key) is not None and not isinstance(obj[key], str)]
+    faces = obj.get("card_faces") or []
+    if not isinstance(faces, list) or not all(isinstance(f, dict) for f in faces):
+        mistyped.append("card_faces")
+        faces = []
+    if mistyped:
+        report.skip("bad-fields", f"{ident}: {', '.join(mistyped)} not of Scryfall's type")
         return None
     layout = obj.get("layout")
     if layout in NOT_IDENTIFICATION_TARGETS:
-        skipped[f"layout-{layout}"] += 1
+        report.skip(f"layout-{layout}")
         return None
-    faces = obj.get("card_faces") or []
-    artist = obj.get("artist") or next((f.get("artist") for f in faces if f.get("artist")), None)
+    artist = obj.get("artist") or next((f["artist"] for f in faces if _text(f.get("artist"))), None)
     name = str(obj["name"])
+    face_names = [f["name"] for f in faces if _text(f.get("name"))]
+    printed_faces = [f["printed_name"] for f in faces if _text(f.get("printed_name"))]
+    # Multi-face printings carry printed names on their faces only; join them as Scryfall joins ``name``.
+    printed_name = obj.get("printed_name") or (" // ".join(printed_faces) if printed_faces else None)
     return {
         "scryfall_id": str(obj["id"]),
         "set": {"code": str(obj["set"]).lower(), "name": str(obj.get("set_name") or obj["set"])[:200],
-                "scryfall_id": obj.get("set_id"), "released_at": _date(obj.get("released_at"))},
+                "scryfall_id": _text(obj.get("set_id")), "released_at": _date(obj.get("released_at"))},
         "name": name[:300],
         "normalized_name": normalize_name(name)[:300],
+        "printed_name": printed_name[:300] if printed_name else None,
+        "face_names": face_names or None,
+        "printed_face_names": printed_faces or None,
         "collector_number": str(obj["collector_number"])[:16],
         "lang": str(obj.get("lang") or "en")[:8],
         "artist": artist[:200] if artist else None,
@@ -158,8 +341,13 @@ def _printing_row(obj: Any, skipped: Counter[str]) -> dict[str, Any] | None:
     }
 
 
+def _text(value: Any) -> str | None:
+    return value if isinstance(value, str) and value else None
+
+
 def _upsert_expansions(session: Session, sets: list[dict[str, Any]]) -> int:
-    """Insert unknown set codes; fill a known set's missing Scryfall id and release date. Returns inserts."""
+    """Insert unknown set codes; fill a known set's missing Scryfall id and release date, and take the
+    newest card count. Returns inserts."""
     wanted = {s["code"]: s for s in sets}
     if not wanted:
         return 0
@@ -175,7 +363,8 @@ def _upsert_expansions(session: Session, sets: list[dict[str, Any]]) -> int:
         exp = existing.get(code)
         sid = s["scryfall_id"] if s["scryfall_id"] not in taken_ids else None
         if exp is None:
-            session.add(Expansion(code=code, name=s["name"], released_at=s["released_at"], scryfall_id=sid))
+            session.add(Expansion(code=code, name=s["name"], released_at=s["released_at"], scryfall_id=sid,
+                                  card_count=s.get("card_count")))
             inserted += 1
             if sid:
                 taken_ids.add(sid)
@@ -185,6 +374,8 @@ def _upsert_expansions(session: Session, sets: list[dict[str, Any]]) -> int:
                 taken_ids.add(sid)
             if exp.released_at is None and s["released_at"] is not None:
                 exp.released_at = s["released_at"]
+            if s.get("card_count") is not None:  # a set still being released grows: the newest count wins
+                exp.card_count = s["card_count"]
     session.flush()
     return inserted
 
@@ -220,8 +411,7 @@ def _write_batch(engine: sa.Engine, batch: list[dict[str, Any]], images_dir: Pat
         inserts, updates = [], []
         for sid, row in rows.items():
             key = (exp_ids[row["set"]["code"]], row["collector_number"], row["lang"])
-            values = {k: row[k] for k in ("name", "normalized_name", "collector_number", "lang", "artist",
-                                          "border_color", "frame", "layout", "released_at")}
+            values = {k: row[k] for k in PRINTING_COLUMNS}
             values.update(expansion_id=key[0], scryfall_id=sid)
             values.update(_hashes(images_dir, sid, report))
             if sid in by_sid:
@@ -229,7 +419,7 @@ def _write_batch(engine: sa.Engine, batch: list[dict[str, Any]], images_dir: Pat
             elif key in by_key:
                 other_pid, other_sid = by_key[key]
                 if other_sid is not None:
-                    report.skipped["duplicate-collector-number"] += 1
+                    report.skip("duplicate-collector-number")
                     continue
                 updates.append({"pk": other_pid, **values})
                 by_key[key] = (other_pid, sid)

@@ -2,45 +2,76 @@
 
 from __future__ import annotations
 
-from datetime import timedelta
-from typing import Annotated
+from datetime import datetime, timedelta
+from typing import Annotated, Any
 
 import sqlalchemy as sa
 import typer
-from rich.console import Console
-from rich.table import Table
 
 from ..catalog.base import utcnow
 from ..catalog.engine import session_scope
 from ..catalog.models import MicroBatch
-from ..defs.instance import open_instance
 from ..defs.retention import prune_batches
 from .context import catalog_engine, settings
+from .instance import dagster_instance
+from .output import print_json, print_table, table
 
-app = typer.Typer(help="Micro-batches: the catalogue side of the dynamic partitions.", no_args_is_help=True)
+app = typer.Typer(help="Micro-batches: the catalogue side of the dynamic partitions.", no_args_is_help=True,
+                  rich_markup_mode=None)
+
+
+def batch_dict(batch: MicroBatch) -> dict[str, Any]:
+    def when(moment: datetime | None) -> str | None:
+        return moment.isoformat() if moment else None
+
+    return {
+        "batch_key": batch.batch_key,
+        "status": batch.status,
+        "trigger_reason": batch.trigger_reason,
+        "attempt": batch.attempt,
+        "retry_of": batch.retry_of,
+        "card_count": len(batch.card_ids),
+        "card_ids": list(batch.card_ids),
+        "run_id": batch.run_id,
+        "backfill_id": batch.backfill_id,
+        "created_at": when(batch.created_at),
+        "started_at": when(batch.started_at),
+        "finished_at": when(batch.finished_at),
+        "peak_rss_mb": batch.peak_rss_mb,
+        "failure_reason": batch.failure_reason,
+    }
 
 
 @app.command("list")
 def list_command(
     limit: Annotated[int, typer.Option("--limit", min=1, help="Newest batches to show.")] = 50,
+    wide: Annotated[bool, typer.Option("--wide", help="Add the run id and the whole failure reason.")] = False,
+    as_json: Annotated[bool, typer.Option("--json", help="Print JSON (card ids included).")] = False,
 ) -> None:
     """The newest micro-batches with their status."""
     with session_scope(catalog_engine()) as session:
-        rows = (
-            session.execute(sa.select(MicroBatch).order_by(MicroBatch.created_at.desc()).limit(limit)).scalars().all()
-        )
-        table = Table("batch", "status", "trigger", "attempt", "cards", "created (UTC)", "failure")
-        for b in rows:
-            table.add_row(
-                b.batch_key,
-                b.status,
-                b.trigger_reason,
-                str(b.attempt),
-                str(len(b.card_ids)),
-                f"{b.created_at:%Y-%m-%d %H:%M:%S}",
-                (b.failure_reason or "")[:60],
-            )
-    Console().print(table)
+        rows = [
+            batch_dict(b)
+            for b in session.execute(sa.select(MicroBatch).order_by(MicroBatch.created_at.desc()).limit(limit))
+            .scalars()
+            .all()
+        ]
+    if as_json:
+        print_json(rows)
+        return
+    if not rows:
+        typer.echo("no micro-batches")
+        return
+    columns = ["batch", "status", "trigger", "try", "cards", "created (UTC)"]
+    columns += ["run", "failure"] if wide else ["failure"]
+    grid = table(*columns, ids=("batch", "run"))
+    for b in rows:
+        row = [b["batch_key"], b["status"], b["trigger_reason"], str(b["attempt"]), str(b["card_count"]),
+               b["created_at"][:19].replace("T", " ")]
+        failure = b["failure_reason"] or ""
+        row += [b["run_id"] or "", failure] if wide else [failure if len(failure) <= 60 else failure[:59] + "…"]
+        grid.add_row(*row)
+    print_table(grid)
 
 
 @app.command()
@@ -57,5 +88,5 @@ def prune(
     cfg = settings()
     engine = catalog_engine(cfg)
     days = cfg.retention_days if older_than_days is None else older_than_days
-    count = prune_batches(open_instance(cfg), engine, finished_before=utcnow() - timedelta(days=days))
+    count = prune_batches(dagster_instance(cfg), engine, finished_before=utcnow() - timedelta(days=days))
     typer.echo(f"pruned {count} finished micro-batches older than {days:g} days")

@@ -7,6 +7,7 @@ stage registers a runner in :data:`STAGE_RUNNERS`.
 from __future__ import annotations
 
 import json
+import time
 import uuid
 from datetime import datetime, timezone
 from functools import partial
@@ -15,7 +16,6 @@ from typing import Annotated, Any, Callable, Sequence
 
 import sqlalchemy as sa
 import typer
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 from ..catalog.models import Card
 from ..settings import Settings
@@ -25,6 +25,7 @@ from ..stage_c.run import run_stage_c
 from .bulk_stage_d import chain_stages, run_bulk_stage_d, stage_d_total
 from .context import catalog_engine, settings
 from .errors import CliError
+from .output import progress_bar
 
 StageRunner = Callable[[sa.Engine, Settings, "Sequence[int] | None", int | None, str, Callable[[int], None]],
                        dict[str, Any]]
@@ -89,7 +90,7 @@ def bulk(
     as_json: Annotated[bool, typer.Option("--json", help="Print the report as JSON.")] = False,
     workers: Annotated[int, typer.Option("--workers", min=1, help="Stage C worker processes.")] = 1,
 ) -> None:
-    """Run a stage over its backlog (or the given cards) at full speed, with a progress bar."""
+    """Run a stage over its backlog (or the given cards) at full speed, with a progress bar and a summary."""
     if stage not in STAGE_RUNNERS:
         raise CliError(f"unknown --stage {stage!r}; expected one of: {', '.join(STAGE_RUNNERS)}")
     if workers > 1 and stage not in ("c", "all"):
@@ -105,18 +106,54 @@ def bulk(
     if limit is not None:
         total = min(total, limit)
     writer = bulk_writer_id()
-    columns = (TextColumn(f"stage {stage}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
-    with Progress(*columns, transient=as_json, disable=as_json) as bar:
-        task = bar.add_task("cards", total=total)
-        result = runner(engine, cfg, card_ids, limit, writer, lambda n: bar.advance(task, n))
+    started = time.monotonic()
+    with progress_bar(f"stage {stage}", total, quiet=as_json) as bar:
+        result = runner(engine, cfg, card_ids, limit, writer, bar.advance)
     result = {"stage": stage, "writer": writer, **result}
     if as_json:
         typer.echo(json.dumps(result, sort_keys=True))
     else:
-        typer.echo(" ".join(f"{k}={v}" for k, v in result.items()))
+        for line in summary_lines(result, time.monotonic() - started):
+            typer.echo(line)
         refused = result.get("config_refused") or (result.get("stage_c") or {}).get("config_refused")
         if refused:
             typer.echo(f"note: {refused} card(s) refused by the settings stay in the backlog; the warnings above "
                        "name the variable to fix (STAGE_E_IMAGE_ROOTS or STAGE_E_FETCH_ALLOWED_HOSTS)", err=True)
     if result.get("lockout"):
         raise typer.Exit(code=2)
+
+
+def _stage_c_line(report: dict[str, Any]) -> str:
+    return (
+        f"Stage C: {report['attempted']} cards attempted, {report['completed']} got evidence, "
+        f"{report['skipped_current']} already current, {report['terminal']} terminal "
+        f"({report['rejected']} broken uploads), {report['fetch_failures']} fetch failures, "
+        f"{report['throttled']} throttled, {report['deferred']} deferred, "
+        f"{report['config_refused']} refused by the settings, {report['not_yet_eligible']} still backing off"
+    )
+
+
+def _stage_d_line(report: dict[str, Any]) -> str:
+    return (
+        f"Stage D: {report['cards_considered']} cards considered, {report['join_key_votes']} join-key votes, "
+        f"{report['fallback_votes']} fallback votes, {report['slow_path_routed']} routed to the slow path, "
+        f"{report['abstentions']} abstentions, {report['consensus_changed']} consensus changes"
+    )
+
+
+def summary_lines(result: dict[str, Any], elapsed_s: float) -> list[str]:
+    """The report a person reads at the end of ``bulk``: one line per stage, then a lockout if one stopped it."""
+    lines = [f"bulk --stage {result['stage']} finished in {elapsed_s:.1f} s (writer {result['writer']})"]
+    if result["stage"] == "c":
+        lines.append("  " + _stage_c_line(result))
+    elif result["stage"] == "d":
+        lines.append("  " + _stage_d_line(result))
+    else:
+        lines += ["  " + _stage_c_line(result["stage_c"]), "  " + _stage_d_line(result["stage_d"])]
+    lockout = result.get("lockout")
+    if lockout:
+        lines.append(
+            f"  stopped: {lockout['host']} answered {lockout['status_code']} (lockout) on card {lockout['card_id']}; "
+            "the rest of Stage C's backlog was left for later"
+        )
+    return lines

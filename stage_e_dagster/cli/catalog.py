@@ -11,36 +11,44 @@ import typer
 from ..catalog_import.scryfall import ScryfallImportError, import_scryfall
 from .context import catalog_engine
 from .errors import CliError
+from .output import progress_bar
 
-app = typer.Typer(help="The canonical catalogue: expansions and printings.", no_args_is_help=True)
+app = typer.Typer(help="The canonical catalogue: expansions and printings.", no_args_is_help=True,
+                  rich_markup_mode=None)
 
 
 @app.command("import-scryfall")
 def import_scryfall_command(
-    file: Annotated[Path, typer.Argument(help="Scryfall bulk card JSON (e.g. default-cards), read as a stream.")],
+    file: Annotated[Path, typer.Argument(
+        help="Scryfall card data, read as a stream: a bulk file (e.g. default-cards), JSON Lines, "
+             "one card object or an API list page.")],
     sets: Annotated[Path | None, typer.Option(
         "--sets", help="Scryfall /sets JSON, for every set code and release date.")] = None,
     images: Annotated[Path | None, typer.Option(
         "--images", help="Folder of local card images named <scryfall id>.jpg|.png|.webp to hash art from.")] = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
 ) -> None:
-    """Upsert expansions and printings from a Scryfall bulk file; importing it again adds nothing."""
+    """Upsert expansions and printings from a Scryfall card file; importing it again adds nothing."""
     for label, path in (("FILE", file), ("--sets", sets)):
         if path is not None and not path.is_file():
             raise CliError(f"{label} {path} is not a readable file")
     if images is not None and not images.is_dir():
         raise CliError(f"--images {images} is not a folder")
     try:
-        report = import_scryfall(catalog_engine(), file, sets_path=sets, images_dir=images)
-    except ScryfallImportError as exc:
-        raise CliError(f"{file}: {exc}") from None
+        engine = catalog_engine()
+        with progress_bar(f"importing {file.name}: records read", None, quiet=as_json) as bar:
+            report = import_scryfall(engine, file, sets_path=sets, images_dir=images, progress=bar.done_so_far)
+    except ScryfallImportError as exc:  # names the file it is about: FILE or --sets
+        raise CliError(str(exc)) from None
     summary = report.as_dict()
     if as_json:
         typer.echo(json.dumps(summary, indent=2))
         return
     skipped = ", ".join(f"{k} {v}" for k, v in summary["skipped"].items()) or "none"
     typer.echo(
-        f"read {report.records_read} records: {report.printings_inserted} printings added, "
+        f"read {report.records_read} records ({report.shape}): {report.printings_inserted} printings added, "
         f"{report.printings_updated} updated, {report.expansions_inserted} expansions added, "
         f"{report.art_hashed} art hashes; skipped: {skipped}"
     )
+    for example in report.skip_examples:
+        typer.echo(f"  skipped {example}")

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import sqlalchemy as sa
 
-from ..catalog.engine import engine_for
+from ..catalog.engine import engine_for, masked_url
 from ..catalog.migrate import current_revision, head_revision
 from ..settings import Settings, load_settings
 from .errors import CliError
@@ -15,7 +15,8 @@ def settings() -> Settings:
 
 
 def safe_url(url: str) -> str:
-    return sa.make_url(url).render_as_string(hide_password=True)
+    """The URL with its password masked, fit for output (it need not parse)."""
+    return masked_url(url)
 
 
 def catalog_engine(cfg: Settings | None = None, *, require_schema: bool = True) -> sa.Engine:

@@ -9,7 +9,7 @@ from ..catalog.migrate import upgrade as run_upgrade
 from .context import catalog_engine, safe_url, settings
 from .errors import CliError
 
-app = typer.Typer(help="Catalogue database schema.", no_args_is_help=True)
+app = typer.Typer(help="Catalogue database schema.", no_args_is_help=True, rich_markup_mode=None)
 
 
 @app.command()

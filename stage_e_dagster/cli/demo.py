@@ -1,13 +1,16 @@
 """``stage-e demo``: the synthetic corpus on the embedded catalogue, streamed through real Dagster runs.
 
 It seeds the catalogue (once), turns streaming on for its own child processes only, and starts
-``dagster dev`` (UI on 127.0.0.1:3000) or, headless, the daemon alone until the backlog drains.
+``dagster dev`` (UI on 127.0.0.1:3000, or ``--port``) or, headless, the daemon alone until the
+backlog drains. Ctrl-C or SIGTERM stops the children in order and leaves none behind.
 """
 
 from __future__ import annotations
 
+import errno
 import os
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -23,36 +26,58 @@ from ..catalog.engine import session_scope
 from ..catalog.migrate import upgrade
 from ..catalog.models import Card, EnvelopeTrip, ImageEvidence, MicroBatch, PrintingVote
 from ..corpus.seed import seed_corpus
-from ..defs.instance import WORKSPACE_YAML, dagster_home
+from ..defs.instance import dagster_home
 from ..evaluation.labels import load_labels
 from ..evaluation.stage_c import evaluate_stage_c
 from ..evaluation.stage_d import evaluate_stage_d
+from ..process_groups import reset_signals, wait_group_gone
 from ..settings import Settings
 from .context import catalog_engine, settings
 from .errors import CliError
+from .instance import workspace_file
+from .output import percent, progress_bar
 
 DEMO_LOAD_FACTOR = 3
 # Broken uploads in the demo corpus, to show their named outcomes. They are the cards' own problem
 # (``rejected``), so they never count toward the fetch-failure bar.
 DEMO_BROKEN_SHARE = 0.02
-
-
-def _reset_signals() -> None:
-    # A background shell starts children with SIGINT ignored; dagster would then ignore Ctrl-C and
-    # SIGTERM. The child gets its own process group so stopping it stops its code servers too.
-    signal.signal(signal.SIGINT, signal.SIG_DFL)
-    signal.signal(signal.SIGTERM, signal.SIG_DFL)
-    os.setpgrp()
+UI_HOST = "127.0.0.1"
+# How long ``dagster dev`` (or the daemon) gets to shut its own children down after the interrupt;
+# dagster dev waits for the webserver and the daemon in turn before it exits.
+STOP_GRACE_S = 60.0
+# Then a run worker still finishing its batch (it outlives dagster dev) gets this long before SIGTERM.
+DRAIN_S = 30.0
 
 
 def _stop_on_sigterm() -> None:
-    """Turn SIGTERM into KeyboardInterrupt so the demo stops its children before it exits."""
+    """Turn SIGTERM (and SIGINT) into KeyboardInterrupt so the demo stops its children before it exits."""
 
     def handler(signum: int, frame: object) -> None:
+        # Once is enough: a second Ctrl-C while the children shut down must not cut that short.
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
         raise KeyboardInterrupt
 
     signal.signal(signal.SIGTERM, handler)
     signal.signal(signal.SIGINT, handler)
+
+
+def port_in_use(host: str, port: int) -> bool:
+    """Whether something already listens on ``host:port`` (a port only in TIME_WAIT counts as free)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            probe.bind((host, port))
+        except OSError as exc:
+            if exc.errno in (errno.EADDRINUSE, errno.EACCES):
+                return True
+            raise
+    return False
+
+
+def dagster_command(*args: str) -> list[str]:
+    """A Dagster CLI run by this interpreter, as ``dagster dev`` starts its own children: no script on PATH needed."""
+    return [sys.executable, "-m", *args]
 
 
 def child_environment(cfg: Settings, corpus_dir: Path) -> dict[str, str]:
@@ -72,14 +97,33 @@ def child_environment(cfg: Settings, corpus_dir: Path) -> dict[str, str]:
     return env
 
 
-def stop_process_group(proc: subprocess.Popen[bytes], *, grace_s: float = 20.0) -> None:
-    if proc.poll() is not None:
-        return
-    os.killpg(proc.pid, signal.SIGTERM)
-    try:
-        proc.wait(timeout=grace_s)
-    except subprocess.TimeoutExpired:
-        os.killpg(proc.pid, signal.SIGKILL)
+def stop_process_group(proc: subprocess.Popen[bytes], *, grace_s: float = STOP_GRACE_S) -> None:
+    """Stop a child started in its own process group, and everything it started.
+
+    Only the leader is interrupted first (SIGINT): ``dagster dev`` and the daemon then shut their
+    webserver, daemon and code servers down through Dagster's own shutdown pipes, which is quiet.
+    Interrupting the whole group at once would make every child print a traceback and fail a run
+    being launched. A run worker still busy afterwards may finish its batch for ``DRAIN_S``;
+    whatever is left in the group then gets SIGTERM, then SIGKILL.
+    """
+    pgid = proc.pid
+    if proc.poll() is None:
+        proc.send_signal(signal.SIGINT)
+        try:
+            proc.wait(timeout=grace_s)
+        except subprocess.TimeoutExpired:
+            pass
+    drain_s = DRAIN_S
+    for sig, wait_s in ((signal.SIGTERM, 10.0), (signal.SIGKILL, 10.0)):
+        if wait_group_gone(pgid, drain_s):
+            break
+        drain_s = 0.0
+        try:
+            os.killpg(pgid, sig)
+        except ProcessLookupError:
+            break
+        wait_group_gone(pgid, wait_s)
+    if proc.poll() is None:
         proc.wait()
 
 
@@ -109,13 +153,10 @@ def _print_accuracy(engine: sa.Engine, labels_path: Path) -> None:
     c = evaluate_stage_c(engine, labels)
     d = evaluate_stage_d(engine, labels)
 
-    def pct(value: float | None) -> str:
-        return "-" if value is None else f"{100 * value:.1f}%"
-
     typer.echo(
-        f"against the labels: collector number {pct(c['collector_number_accuracy'])}, "
-        f"set code {pct(c['set_code_accuracy'])}, machine-vote precision {pct(d['vote_precision'])}, "
-        f"coverage {pct(d['coverage'])}, wrong resolutions {d['wrong_resolutions']}"
+        f"against the labels: collector number {percent(c['collector_number_accuracy'])}, "
+        f"set code {percent(c['set_code_accuracy'])}, machine-vote precision {percent(d['vote_precision'])}, "
+        f"coverage {percent(d['coverage'])}, wrong resolutions {d['wrong_resolutions']}"
     )
 
 
@@ -131,52 +172,54 @@ def demo(
     cards: Annotated[int, typer.Option("--cards", min=1, help="Cards in the synthetic corpus (first run only).")] = 60,
     seed: Annotated[int, typer.Option("--seed", help="Corpus seed (first run only).")] = 7,
     timeout: Annotated[float, typer.Option("--timeout", min=1, help="Seconds before --until-idle gives up.")] = 900,
-    port: Annotated[int, typer.Option("--port", help="UI port (not headless).")] = 3000,
+    port: Annotated[int, typer.Option("--port", min=1, max=65535, help="UI port on 127.0.0.1 (not headless).")] = 3000,
 ) -> None:
     """Seed the synthetic corpus and stream it through Dagster: the main job of this project."""
     if until_idle and not headless:
         raise CliError("--until-idle needs --headless")
+    # dagster dev would print the URL, fail to bind and go on without a UI: refuse before starting anything.
+    if not headless and port_in_use(UI_HOST, port):
+        raise CliError(f"port {port} on {UI_HOST} is already in use: stop what listens there or pass --port N")
     cfg = settings()
     engine = catalog_engine(cfg, require_schema=False)
     upgrade(engine)
     corpus_dir = cfg.state_dir / "demo-corpus"
     if _snapshot(engine)["cards"] == 0:
         typer.echo(f"seeding {cards} synthetic cards into {corpus_dir} ...")
-        seed_corpus(engine, corpus_dir, cards=cards, seed=seed, broken_share=DEMO_BROKEN_SHARE)
+        with progress_bar("rendering cards", cards) as bar:
+            seed_corpus(engine, corpus_dir, cards=cards, seed=seed, broken_share=DEMO_BROKEN_SHARE,
+                        progress=bar.advance)
     env = child_environment(cfg, corpus_dir)
+    workspace = str(workspace_file(cfg))
     load_bar = env.get("STAGE_E_HOST_LOAD_CEILING", cfg.host_load_ceiling)
     typer.echo(f"streaming on for the demo's processes; host load bar {load_bar}")
     _stop_on_sigterm()
     if not headless:
-        cmd = [
-            os.path.join(os.path.dirname(sys.executable), "dagster"),
-            "dev",
-            "-w",
-            str(WORKSPACE_YAML),
-            "-h",
-            "127.0.0.1",
-            "-p",
-            str(port),
-        ]
-        typer.echo(f"starting dagster dev: UI on http://127.0.0.1:{port} (Ctrl-C stops it)")
-        ui = subprocess.Popen(cmd, env=env, preexec_fn=_reset_signals)
+        cmd = dagster_command("dagster", "dev", "-w", workspace, "-h", UI_HOST, "-p", str(port))
+        typer.echo(f"starting dagster dev: UI on http://{UI_HOST}:{port} (Ctrl-C stops it)")
+        ui = subprocess.Popen(cmd, env=env, preexec_fn=reset_signals)
+        interrupted = False
         try:
             ui.wait()
         except KeyboardInterrupt:
-            typer.echo("stopping dagster dev")
+            interrupted = True
+            typer.echo("stopping dagster dev and its processes ...")
         finally:
             stop_process_group(ui)
+        if not interrupted and ui.returncode != 0:
+            raise CliError(f"dagster dev exited with code {ui.returncode}; its log is above")
+        typer.echo("dagster dev stopped")
         return
 
     log_path = cfg.state_dir / "demo-daemon.log"
     typer.echo(f"starting the Dagster daemon headless (log: {log_path})")
     with open(log_path, "ab") as log:
         daemon = subprocess.Popen(
-            [os.path.join(os.path.dirname(sys.executable), "dagster-daemon"), "run", "-w", str(WORKSPACE_YAML)],
+            dagster_command("dagster._daemon", "run", "-w", workspace),
             env=env,
             stdout=log,
             stderr=subprocess.STDOUT,
-            preexec_fn=_reset_signals,
+            preexec_fn=reset_signals,
         )
     started = time.monotonic()
     last_line = ""
@@ -201,7 +244,7 @@ def demo(
             if until_idle and time.monotonic() - started > timeout:
                 raise CliError(f"the backlog did not drain within {timeout:.0f} s; see {log_path}")
     except KeyboardInterrupt:
-        typer.echo("interrupted")
+        typer.echo("interrupted: stopping the Dagster daemon ...")
     finally:
         stop_process_group(daemon)
     elapsed = time.monotonic() - started

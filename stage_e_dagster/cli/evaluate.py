@@ -12,13 +12,15 @@ from typing import Annotated, Any, Callable
 import sqlalchemy as sa
 import typer
 from rich.console import Console
+from rich.table import Table
 
 from ..evaluation.labels import LabelFileError, load_labels
-from ..evaluation.report import flatten, render_tables
+from ..evaluation.report import flatten
 from ..evaluation.stage_c import evaluate_stage_c
 from ..evaluation.stage_d import evaluate_stage_d
 from .context import catalog_engine
 from .errors import CliError
+from .output import percent
 
 Evaluator = Callable[[sa.Engine, list[dict[str, Any]]], dict[str, Any]]
 
@@ -26,6 +28,20 @@ EVALUATORS: dict[str, Evaluator] = {
     "Stage C evidence": evaluate_stage_c,
     "Stage D votes": evaluate_stage_d,
 }
+
+
+def is_fraction(key: str) -> bool:
+    """Figures that are shares of a count (accuracies, precisions, coverage), shown as percentages."""
+    return key.endswith(("_accuracy", "_precision")) or key == "coverage"
+
+
+def section_table(title: str, values: dict[str, Any]) -> Table:
+    grid = Table(title=title)
+    grid.add_column("metric", overflow="fold")
+    grid.add_column("value", justify="right")
+    for key, value in values.items():
+        grid.add_row(key, percent(value) if is_fraction(key) else ("-" if value is None else str(value)))
+    return grid
 
 
 def evaluate(
@@ -42,4 +58,6 @@ def evaluate(
     if as_json:
         typer.echo(json.dumps(flatten(sections), sort_keys=True))
     else:
-        render_tables(Console(), sections)
+        console = Console()
+        for title, values in sections.items():
+            console.print(section_table(title, values))

@@ -27,6 +27,9 @@ app = typer.Typer(
     no_args_is_help=True,
     pretty_exceptions_show_locals=False,
     add_completion=False,
+    # Typer 0.29's Rich help panel prints every option's type, so each flag (``--help`` too) reads
+    # ``--json <bool>``; its plain formatter leaves flags bare. Every sub-app sets the same.
+    rich_markup_mode=None,
 )
 app.add_typer(db.app, name="db")
 app.add_typer(trips.app, name="trips")
@@ -58,6 +61,9 @@ def main() -> None:
     except typer.Abort:
         typer.echo("stage-e: aborted", err=True)
         sys.exit(1)
+    except KeyboardInterrupt:  # Ctrl-C: one line, no traceback, the shell's usual code for SIGINT
+        typer.echo("stage-e: interrupted", err=True)
+        sys.exit(130)
     except typer.TyperException as exc:  # bad flags or arguments: usage and one line
         show = getattr(exc, "show", None)
         if show is None:

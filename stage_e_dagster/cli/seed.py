@@ -13,6 +13,7 @@ from ..corpus.seed import seed_corpus
 from ..settings import Settings
 from .context import catalog_engine, settings
 from .errors import CliError
+from .output import progress_bar
 
 
 def corpus_folder(cfg: Settings, out: Path | None) -> Path:
@@ -50,7 +51,9 @@ def seed(
     out_dir = corpus_folder(cfg, out)
     if out_dir.exists() and not out_dir.is_dir():
         raise CliError(f"--out {out_dir} exists and is not a folder")
-    summary = seed_corpus(catalog_engine(cfg), out_dir, cards=cards, seed=seed_value)
+    engine = catalog_engine(cfg)
+    with progress_bar("rendering cards", cards, quiet=as_json) as bar:
+        summary = seed_corpus(engine, out_dir, cards=cards, seed=seed_value, progress=bar.advance)
     data = {
         "cards": summary.cards, "printings": summary.printings, "expansions": summary.expansions,
         "images_dir": str(summary.images_dir), "labels": str(summary.labels_path), "broken": summary.broken,

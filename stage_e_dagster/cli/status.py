@@ -9,17 +9,58 @@ import sqlalchemy as sa
 import typer
 from rich.console import Console
 from rich.table import Table
+from sqlalchemy.orm import Session
 
 from ..catalog.backlog import STAGE_C_PENDING, STAGE_D_PENDING, backlog_count, oldest_waiting_since
 from ..catalog.base import utcnow
 from ..catalog.engine import session_scope
+from ..catalog.heartbeats import (
+    STALE_AFTER_INTERVALS,
+    effective_settings,
+    is_stale,
+    read_heartbeats,
+    settings_differences,
+)
 from ..catalog.models import MicroBatch
 from ..envelope.bars import Ceilings
 from ..envelope.fetch_window import window_counts
 from ..envelope.signals import host_load
 from ..envelope.trips import current_open_trip
+from ..settings import Settings
 from .context import catalog_engine, safe_url, settings
 from .trips import trip_dict
+
+
+def running_system(session: Session, cfg: Settings) -> dict[str, Any]:
+    """What the daemon's sensors last recorded, beside this shell's own settings.
+
+    The daemon's settings are those of the newest heartbeat. ``stale`` lists the sensors that missed
+    ``STALE_AFTER_INTERVALS`` ticks in a row; ``differences`` maps a setting to (daemon, shell).
+    """
+    now = utcnow()
+    beats = read_heartbeats(session)
+    own = effective_settings(cfg)
+    sensors = [
+        {
+            "sensor": beat.sensor_name,
+            "ticked_at": beat.ticked_at.isoformat(timespec="seconds"),
+            "age_s": round((now - beat.ticked_at).total_seconds(), 1),
+            "interval_s": beat.interval_s,
+            "stale": is_stale(beat, now),
+            "ticked_by": beat.ticked_by,
+        }
+        for beat in beats
+    ]
+    newest = beats[0] if beats else None
+    differences = settings_differences(newest.settings, own) if newest else {}
+    return {
+        "daemon_settings": newest.settings if newest else None,
+        "governed_concurrency": newest.governed_limit if newest else None,
+        "shell_settings": own,
+        "differences": {name: {"daemon": daemon, "shell": shell} for name, (daemon, shell) in differences.items()},
+        "sensors": sensors,
+        "stale": [row["sensor"] for row in sensors if row["stale"]],
+    }
 
 
 def collect_status() -> dict[str, Any]:
@@ -46,6 +87,7 @@ def collect_status() -> dict[str, Any]:
             "stage_d_backlog": backlog_count(session, STAGE_D_PENDING),
             "oldest_waiting_age_s": round((utcnow() - since).total_seconds(), 1) if since else None,
             "batches_in_flight": in_flight,
+            "running_system": running_system(session, cfg),
             "envelope": {
                 "fetch_lockout": {"open": bool(trip and trip.bar == "fetch_lockout")},
                 "host_load": {"reading": host_load(), "ceiling": ceilings.host_load},
@@ -94,3 +136,45 @@ def status(as_json: Annotated[bool, typer.Option("--json", help="Print JSON.")] 
         f"> {ff['ceiling']:g} trips",
     )
     console.print(table)
+    _print_running_system(console, info["running_system"])
+
+
+def _print_running_system(console: Console, system: dict[str, Any]) -> None:
+    """The daemon's settings beside the shell's, then a warning for each difference and stale sensor."""
+    if not system["sensors"]:
+        console.print("daemon           no sensor has ticked on this catalogue yet: is the Dagster daemon running?",
+                      soft_wrap=True)
+        return
+    daemon, shell = system["daemon_settings"], system["shell_settings"]
+    table = Table("setting", "daemon", "this shell")
+    for name in shell:
+        table.add_row(name, _shown(daemon.get(name)), _shown(shell[name]))
+    governed = system["governed_concurrency"]
+    table.add_row("governed concurrency", _shown(governed), "-")
+    console.print(table)
+    ticks = Table("sensor", "last tick", "age", "interval", "ticked by")
+    for row in system["sensors"]:
+        age = f"{row['age_s']:.0f} s" + (" (stale)" if row["stale"] else "")
+        ticks.add_row(row["sensor"], row["ticked_at"], age, f"{row['interval_s']} s", row["ticked_by"])
+    console.print(ticks)
+    for name, values in system["differences"].items():
+        console.print(
+            f"warning: {name} differs: the daemon runs with {_shown(values['daemon'])}, "
+            f"this shell has {_shown(values['shell'])}",
+            soft_wrap=True,
+        )
+    for row in system["sensors"]:
+        if row["stale"]:
+            console.print(
+                f"warning: {row['sensor']} has not ticked for {row['age_s']:.0f} s (more than "
+                f"{STALE_AFTER_INTERVALS} x its {row['interval_s']} s interval): is the daemon running, the sensor on?",
+                soft_wrap=True,
+            )
+
+
+def _shown(value: Any) -> str:
+    if value is None:
+        return "-"
+    if isinstance(value, bool):
+        return "on" if value else "off"
+    return f"{value:g}" if isinstance(value, float) else str(value)

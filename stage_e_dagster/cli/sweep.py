@@ -8,30 +8,48 @@ import typer
 
 from ..definitions import defs
 from ..defs.hold import release_hold
-from ..defs.instance import open_instance
 from ..defs.sweep import SweepRefused, launch_sweep
 from .context import catalog_engine, settings
 from .errors import CliError
+from .instance import dagster_instance
+from .output import print_json, progress_bar
 
 
 def sweep(
     max_batches: Annotated[int, typer.Option("--max-batches", min=1, help="Most micro-batches to launch.")] = 400,
+    as_json: Annotated[bool, typer.Option("--json", help="Print the launch as JSON.")] = False,
 ) -> None:
-    """Walk the backlog from the sweep cursor and launch its micro-batches as one backfill (needs the daemon)."""
+    """Walk the backlog from the sweep cursor and launch its micro-batches as one backfill (needs the daemon).
+
+    Like the sensors, it refuses unless STAGE_E_STREAMING_ENABLED is true here and no trip is open;
+    the daemon's runs check the flag again in the code location's own environment.
+    """
     cfg = settings()
     engine = catalog_engine(cfg)
-    instance = open_instance(cfg)
-    try:
-        launch = launch_sweep(instance, defs.resolve_asset_graph(), cfg, max_batches=max_batches)
-    except SweepRefused as refused:
-        raise CliError(f"sweep refused: {refused}") from None
+    instance = dagster_instance(cfg)
+    # One call walks the backlog and submits the backfill, so the bar is a spinner with the elapsed time.
+    with progress_bar("walking the backlog and submitting the backfill", None, quiet=as_json):
+        try:
+            launch = launch_sweep(instance, defs.resolve_asset_graph(), cfg, max_batches=max_batches)
+        except SweepRefused as refused:
+            raise CliError(f"sweep refused: {refused}") from None
+    if launch.backfill_id is not None:
+        release_hold(instance, engine)  # only a hold this project applied; never an operator's limit
+    if as_json:
+        print_json({
+            "backfill_id": launch.backfill_id,
+            "batch_keys": launch.batch_keys,
+            "card_count": launch.card_count,
+            "laps_completed": launch.laps_completed,
+            "empty_after_full_lap": launch.empty_after_full_lap,
+        })
+        return
     if launch.backfill_id is None:
         if launch.empty_after_full_lap:
             typer.echo("backlog empty after a full lap: nothing to sweep")
         else:
             typer.echo("nothing unclaimed to sweep right now (the rest is in flight); run again later")
         return
-    release_hold(instance, engine)  # only a hold this project applied; never an operator's limit
     typer.echo(
         f"launched backfill {launch.backfill_id}: {len(launch.batch_keys)} micro-batches, {launch.card_count} cards "
         f"(laps completed this call: {launch.laps_completed}); the Dagster daemon runs it, see the Backfills page"

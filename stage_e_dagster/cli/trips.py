@@ -3,20 +3,19 @@
 from __future__ import annotations
 
 import getpass
-import json
 from typing import Annotated, Any
 
 import typer
-from rich.console import Console
-from rich.table import Table
 
 from ..catalog.engine import session_scope
 from ..catalog.models import EnvelopeTrip
 from ..envelope.trips import TripError, acknowledge_trip, list_trips, open_trip
 from .context import catalog_engine
 from .errors import CliError
+from .output import print_json, print_table, table
 
-app = typer.Typer(help="Envelope trips: what halted dispatch, and resuming it.", no_args_is_help=True)
+app = typer.Typer(help="Envelope trips: what halted dispatch, and resuming it.", no_args_is_help=True,
+                  rich_markup_mode=None)
 
 
 def trip_dict(trip: EnvelopeTrip) -> dict[str, Any]:
@@ -42,26 +41,33 @@ def _default_person() -> str:
 @app.command("list")
 def list_command(
     open_only: Annotated[bool, typer.Option("--open", help="Only unacknowledged trips.")] = False,
+    wide: Annotated[bool, typer.Option("--wide", help="Add the run and the acknowledgement note.")] = False,
     as_json: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
 ) -> None:
     """List trips, newest first."""
     with session_scope(catalog_engine()) as session:
         trips = [trip_dict(t) for t in list_trips(session, open_only=open_only)]
     if as_json:
-        typer.echo(json.dumps(trips, indent=2))
+        print_json(trips)
         return
     if not trips:
         typer.echo("no open trips" if open_only else "no trips")
         return
-    table = Table("trip id", "bar", "observed / ceiling", "run", "tripped at (UTC)", "acknowledged")
+    columns = ["trip id", "bar", "reading / ceiling", "tripped at (UTC)", "acked"]
+    if wide:
+        columns += ["run", "note"]
+    grid = table(*columns, ids=("trip id", "run"))
     for t in trips:
         detail = t["detail"] or {}
         reading = (
             f"{detail.get('observed')} / {detail.get('ceiling')}" if "observed" in detail else detail.get("note", "")
         )
         acked = f"{t['acknowledged_at'][:19]} by {t['acknowledged_by']}" if t["acknowledged_at"] else "OPEN"
-        table.add_row(t["trip_id"], t["bar"], str(reading), t["run_id"] or "", t["tripped_at"][:19], acked)
-    Console().print(table)
+        row = [t["trip_id"], t["bar"], str(reading), t["tripped_at"][:19].replace("T", " "), acked]
+        if wide:
+            row += [t["run_id"] or "", t["acknowledged_note"] or ""]
+        grid.add_row(*row)
+    print_table(grid)
 
 
 @app.command("open")
@@ -69,7 +75,7 @@ def open_command(
     note: Annotated[str, typer.Option("--note", help="Why dispatch is paused (required).")],
     by: Annotated[str, typer.Option("--by", help="Who opens it.")] = "",
 ) -> None:
-    """Open a manual trip: pause all dispatch, e.g. for maintenance."""
+    """Open a manual trip: pause all dispatch (for maintenance, say)."""
     if not note.strip():
         raise CliError("opening a manual trip needs a non-empty --note")
     with session_scope(catalog_engine()) as session:

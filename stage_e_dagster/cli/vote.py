@@ -11,6 +11,7 @@ from ..catalog.engine import session_scope
 from ..stage_d.human import VoteError, cast_human_vote, resolve_card, resolve_printing
 from .context import catalog_engine
 from .errors import CliError
+from .output import percent
 
 
 def vote(
@@ -50,5 +51,5 @@ def vote(
     verdict = f"resolved to printing {outcome.printing_id}" if outcome.status == "resolved" else outcome.status
     typer.echo(
         f"card {card_id}: {user.strip()} ({result['source']}) voted {voted}; consensus {verdict} "
-        f"(leading weight {outcome.weight:g}, share {outcome.share:.2f})"
+        f"(leading weight {outcome.weight:g}, share {percent(outcome.share)})"
     )

@@ -8,6 +8,7 @@ import json
 import random
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Callable
 
 import sqlalchemy as sa
 from sqlalchemy.orm import Session
@@ -58,12 +59,19 @@ def _variant(rng: random.Random, custom: bool) -> Variant:
 def _load_catalogue(session: Session, sets: list[SetSpec], specs: list[PrintingSpec]) -> dict[str, int]:
     """Insert missing expansions and printings; returns printing key -> id."""
     expansion_ids = {code: eid for code, eid in session.execute(sa.select(Expansion.code, Expansion.id))}
+    # A synthetic set is exactly what the corpus prints of it, so the catalogue holds it completely.
+    numbers: dict[str, set[str]] = {}
+    for p in specs:
+        numbers.setdefault(p.set_code.lower(), set()).add(p.collector_number)
     for s in sets:
-        if s.code.lower() not in expansion_ids:
-            exp = Expansion(code=s.code.lower(), name=f"{s.name} ({s.code})", released_at=s.released)
+        code = s.code.lower()
+        if code not in expansion_ids:
+            exp = Expansion(code=code, name=f"{s.name} ({s.code})", released_at=s.released)
             session.add(exp)
             session.flush()
             expansion_ids[exp.code] = exp.id
+        session.execute(sa.update(Expansion).where(Expansion.id == expansion_ids[code])
+                        .values(card_count=len(numbers.get(code, ()))))
     existing = {
         (eid, number, lang): pid
         for eid, number, lang, pid in session.execute(
@@ -90,9 +98,10 @@ def _load_catalogue(session: Session, sets: list[SetSpec], specs: list[PrintingS
 
 
 def seed_corpus(engine: sa.Engine, out_dir: Path, *, cards: int, seed: int = 0,
-                broken_share: float = 0.05) -> CorpusSummary:
+                broken_share: float = 0.05, progress: Callable[[int], None] | None = None) -> CorpusSummary:
     """Render ``cards`` card images under ``out_dir/images``, load the catalogue and the cards
-    (``file://`` locators), and write ``out_dir/labels.jsonl``. The same seed gives the same corpus."""
+    (``file://`` locators), and write ``out_dir/labels.jsonl``. The same seed gives the same corpus.
+    ``progress`` is told of each card rendered (rendering is nearly all the time taken)."""
     out_dir = Path(out_dir).resolve()
     images = out_dir / "images"
     images.mkdir(parents=True, exist_ok=True)
@@ -141,6 +150,8 @@ def seed_corpus(engine: sa.Engine, out_dir: Path, *, cards: int, seed: int = 0,
             "height": variant.height, "type_frac": round(variant.type_frac, 5), "blur": variant.blur,
             "noise": variant.noise, "jpeg_quality": variant.jpeg_quality, "dpi": dpi,
         })
+        if progress is not None:
+            progress(1)
     with Session(engine) as session, session.begin():
         _load_catalogue(session, sets, specs)
         known = set(session.execute(sa.select(Card.identifier).where(

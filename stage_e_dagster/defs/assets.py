@@ -1,8 +1,9 @@
 """The two assets of a micro-batch. Each reads its context, calls ``dispatch``, and returns the ledger row."""
 
 import time
+from typing import Iterator
 
-from dagster import AssetExecutionContext, Failure, MaterializeResult, asset
+from dagster import AssetCheckResult, AssetExecutionContext, MaterializeResult, asset
 
 from ..catalog.engine import session_scope
 from ..dispatch.batches import get_batch
@@ -17,6 +18,7 @@ from ..dispatch.conveyor import (
 from ..dispatch.ledger import CODE_VERSION, stage_c_row, stage_d_row
 from ..envelope.signals import peak_rss_mb
 from ..envelope.trips import trip_opened_by_run
+from .checks import stage_c_batch_check, stage_c_batch_clean_spec
 from .partitions import micro_batches
 from .resources import StageEResource
 from .tags import DISPATCH_POOL, REFUSED_REASON_TAG, REFUSED_TAG
@@ -33,9 +35,21 @@ def _run_started_at(context: AssetExecutionContext) -> float:
     group_name="stage_e",
     pool=DISPATCH_POOL,
     code_version=CODE_VERSION,
+    check_specs=[stage_c_batch_clean_spec],
+    output_required=False,
     description="Stage C over one micro-batch: fetch each image once and persist its evidence.",
 )
-def stage_c_evidence(context: AssetExecutionContext, stage_e: StageEResource) -> MaterializeResult:
+def stage_c_evidence(
+    context: AssetExecutionContext, stage_e: StageEResource
+) -> Iterator[MaterializeResult | AssetCheckResult]:
+    """A run the in-run guard refuses says why in one warning line and materializes nothing.
+
+    A refusal is the envelope doing its job, not an error: raising ``Failure`` would show a red run
+    with a stack trace and a failed partition. Yielding no output instead ends the step without a
+    materialization, so Dagster skips ``stage_d_verdicts`` and the run succeeds having done nothing.
+    The refusal tags are what the run-end handling (``defs.run_ends``) reads to put the batch back.
+    The batch check still answers (Dagster requires it): nothing was fetched, so nothing was lost.
+    """
     settings = stage_e.settings()
     engine = stage_e.engine()
     try:
@@ -44,14 +58,12 @@ def stage_c_evidence(context: AssetExecutionContext, stage_e: StageEResource) ->
         context.instance.add_run_tags(
             context.run.run_id, {REFUSED_TAG: refused.kind, REFUSED_REASON_TAG: refused.reason[:500]}
         )
-        raise Failure(
-            description=f"dispatch refused, no work done: {refused.reason}",
-            metadata={"failure_reason": f"refused: {refused.reason}", "trip_id": refused.trip_id or ""},
-            allow_retries=False,
-        ) from None
+        context.log.warning(f"dispatch refused, no work done: {refused.reason}")
+        yield stage_c_batch_check({})._replace(description=f"refused before any card, nothing lost: {refused.reason}")
+        return
     fetcher = stage_e.image_fetcher(settings)
     try:
-        result = run_batch_stage_c(engine, batch, run_id=context.run.run_id, fetcher=fetcher)
+        result = run_batch_stage_c(engine, batch, run_id=context.run.run_id, fetcher=fetcher, logger=context.log)
     finally:
         fetcher.close()
     if result.lockout_trip_id:
@@ -63,7 +75,7 @@ def stage_c_evidence(context: AssetExecutionContext, stage_e: StageEResource) ->
         elapsed_s=time.time() - _run_started_at(context),
         lockout_trip_id=result.lockout_trip_id,
     )
-    return MaterializeResult(metadata=row)
+    yield MaterializeResult(metadata=row, check_results=[stage_c_batch_check(row)])
 
 
 @asset(
@@ -82,7 +94,7 @@ def stage_d_verdicts(context: AssetExecutionContext, stage_e: StageEResource) ->
         batch = BatchInfo(stored.batch_key, list(stored.card_ids), stored.trigger_reason, stored.attempt)
         lockout = trip_opened_by_run(session, context.run.run_id, bar="fetch_lockout")
         lockout_trip_id = lockout.trip_id if lockout else None
-    report = run_batch_stage_d(engine, batch, run_id=context.run.run_id)
+    report = run_batch_stage_d(engine, batch, run_id=context.run.run_id, logger=context.log)
     peak, envelope_trip_id = finish_batch(engine, settings, batch, run_id=context.run.run_id)
     if envelope_trip_id:
         context.log.warning(f"run peak RSS {peak:.0f} MB crossed its bar: opened trip {envelope_trip_id}")

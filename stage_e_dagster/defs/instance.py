@@ -1,13 +1,17 @@
-"""Where the Dagster instance lives for the CLI and the demo: ``DAGSTER_HOME``, or the state folder."""
+"""Where the Dagster instance lives for the CLI and the demo: ``DAGSTER_HOME``, or the state folder.
+
+The state folder's ``dagster.yaml`` is written from the package's own copy, so an installed wheel
+works from any folder. The checkout paths below are for tests and benchmarks run from a checkout.
+"""
 
 from __future__ import annotations
 
 import os
-import shutil
 from pathlib import Path
 
 from dagster import DagsterInstance
 
+from ..instance_files import INSTANCE_YAML, read_instance_file
 from ..settings import Settings
 
 PROJECT_ROOT = Path(__file__).resolve().parents[2]
@@ -22,9 +26,9 @@ def dagster_home(settings: Settings) -> Path:
         return Path(configured)
     home = settings.dagster_home
     home.mkdir(parents=True, exist_ok=True)
-    target = home / "dagster.yaml"
+    target = home / INSTANCE_YAML
     if not target.exists():
-        shutil.copyfile(EMBEDDED_INSTANCE_YAML, target)
+        target.write_text(read_instance_file(INSTANCE_YAML), encoding="utf-8")
     return home
 
 

@@ -12,7 +12,7 @@ from dataclasses import replace
 import sqlalchemy as sa
 from dagster import ConfigurableResource
 
-from ..catalog.engine import engine_for
+from ..catalog.engine import engine_for, masked_url
 from ..settings import Settings, load_settings
 from ..stage_c.fetch import ImageFetcher
 
@@ -21,6 +21,11 @@ class StageEResource(ConfigurableResource):
     """The catalogue and settings of this location. ``database_url`` overrides the environment (tests)."""
 
     database_url: str | None = None
+
+    def __repr_args__(self):  # type: ignore[no-untyped-def]
+        # The URL carries the catalogue's password: a repr (a traceback, a test report) shows it masked.
+        for name, value in super().__repr_args__():
+            yield name, masked_url(value) if name == "database_url" and isinstance(value, str) else value
 
     def settings(self) -> Settings:
         settings = load_settings()

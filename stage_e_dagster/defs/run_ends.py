@@ -9,6 +9,7 @@ ledger entry and one retry.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from datetime import timezone
 from typing import Any
 
 import sqlalchemy as sa
@@ -16,7 +17,7 @@ from dagster import AssetKey, AssetObservation, DagsterEventType, DagsterInstanc
 
 from ..catalog.base import utcnow
 from ..catalog.engine import session_scope
-from ..dispatch.batches import abandon, fail_and_retry, get_batch
+from ..dispatch.batches import abandon, fail_and_retry, forget_request, get_batch
 from ..dispatch.conveyor import REFUSED_GATE, REFUSED_TAKEN
 from ..dispatch.ledger import failure_row
 from ..envelope.bars import Ceilings, EnvelopeSignals
@@ -26,6 +27,11 @@ from .run_failures import failure_reason_of
 from .tags import PARTITION_TAG, REFUSED_REASON_TAG, REFUSED_TAG
 
 ENDED = [DagsterRunStatus.SUCCESS, DagsterRunStatus.FAILURE, DagsterRunStatus.CANCELED]
+# A run that failed before it took its batch (the queue could not launch it: a code server restarting
+# or unreachable) did none of its work, so the batch is requested again with its attempt unchanged.
+# After this many requests of one batch such failures spend attempts as any other, so a deployment
+# that can never start a run parks its cards instead of requesting runs forever.
+UNTAKEN_FAILURES_FREE = 10
 
 
 @dataclass(frozen=True)
@@ -64,9 +70,10 @@ def settle_run_end(engine: sa.Engine, instance: DagsterInstance, settings: Setti
     key = run.tags.get(PARTITION_TAG)
     if key is None or run.status not in ENDED:
         return RunEnd()
-    if run.status == DagsterRunStatus.SUCCESS:
-        return _check_finished_run(engine, instance, run.run_id, settings)
+    # A refused run succeeds having done nothing (see ``stage_c_evidence``): its tag, not its status, says so.
     refused = run.tags.get(REFUSED_TAG)
+    if run.status == DagsterRunStatus.SUCCESS and refused is None:
+        return _check_finished_run(engine, instance, run.run_id, settings)
     if refused == REFUSED_TAKEN:
         return RunEnd()  # a second run of a batch another run holds: nothing of ours to settle
     now = utcnow()
@@ -84,6 +91,15 @@ def settle_run_end(engine: sa.Engine, instance: DagsterInstance, settings: Setti
                 else ("run cancelled before it finished")
             )
             recorded = abandon(session, key, reason=reason, now=now, run_id=run.run_id if held else None)
+        elif not held and batch.status == "pending" and batch.request_count < UNTAKEN_FAILURES_FREE:
+            reason = failure_reason_of(instance, run.run_id)
+            record = instance.get_run_record_by_id(run.run_id)
+            if record is not None:
+                created = record.create_timestamp
+                created = created if created.tzinfo else created.replace(tzinfo=timezone.utc)
+                forget_request(session, key, made_before=created)
+            return RunEnd(note=f"run {run.run_id[:8]} of {key} failed before it took the batch ({reason[:200]}); "
+                               "the batch waits for its next request, its attempt unspent")
         else:
             reason = failure_reason_of(instance, run.run_id)
             outcome = fail_and_retry(

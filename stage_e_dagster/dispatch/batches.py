@@ -200,6 +200,24 @@ def request_again(session: Session, seen: MicroBatch, *, now: datetime, claim_tt
     return batch
 
 
+def forget_request(session: Session, batch_key: str, *, made_before: datetime) -> bool:
+    """The batch's last request came to nothing (its run failed before taking it): clear the request
+    so the next reconcile requests the batch again at once. A compare-and-set on a pending batch
+    whose last request is older than the failed run, so a newer request is never forgotten."""
+    return bool(
+        session.execute(
+            sa.update(MicroBatch)
+            .where(
+                MicroBatch.batch_key == batch_key,
+                MicroBatch.status == "pending",
+                MicroBatch.requested_at <= made_before,
+            )
+            .values(requested_at=None)
+            .execution_options(synchronize_session=False)
+        ).rowcount
+    )
+
+
 def still_pending(session: Session, card_ids: Sequence[int]) -> list[int]:
     if not card_ids:
         return []

@@ -6,7 +6,9 @@ assets only read their context, call these, and turn the answers into ledger met
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import logging
+import math
+from dataclasses import dataclass, field
 from datetime import timedelta
 
 import sqlalchemy as sa
@@ -28,6 +30,12 @@ from .guard import FLAG_OFF, check_gate
 REFUSED_GATE = "gate"
 REFUSED_TAKEN = "taken"
 
+# Progress lines per stage and batch: a batch is sized to take about ``batch_target_s`` (30 s), so
+# a line every quarter of it says every few seconds that the run is moving, whatever the batch size.
+PROGRESS_LINES = 4
+
+log = logging.getLogger(__name__)
+
 
 class DispatchRefused(Exception):
     """The in-run guard said no: the run does no work."""
@@ -45,6 +53,33 @@ class BatchInfo:
     card_ids: list[int]
     trigger_reason: str
     attempt: int
+
+
+@dataclass
+class BatchLog:
+    """What a run says while it works, on the logger it is given (a Dagster run's ``context.log``):
+    a progress line every ``every`` cards and one warning per card that did not simply complete."""
+
+    logger: logging.Logger
+    stage: str
+    total: int
+    done: int = 0
+    noted: dict[str, int] = field(default_factory=dict)
+
+    @property
+    def every(self) -> int:
+        return max(1, math.ceil(self.total / PROGRESS_LINES))
+
+    def advance(self, cards: int) -> None:
+        before, self.done = self.done, self.done + cards
+        if self.done // self.every > before // self.every or self.done == self.total:
+            outcomes = ", ".join(f"{n} {outcome}" for outcome, n in sorted(self.noted.items()))
+            tail = f" ({outcomes})" if outcomes else ""
+            self.logger.info(f"{self.stage}: {self.done} of {self.total} cards{tail}")
+
+    def card(self, card_id: int, outcome: str, detail: str) -> None:
+        self.noted[outcome] = self.noted.get(outcome, 0) + 1
+        self.logger.warning(f"{self.stage}: card {card_id} {outcome}: {detail}")
 
 
 @dataclass(frozen=True)
@@ -86,8 +121,13 @@ def trip_is_open(engine: sa.Engine) -> bool:
         return current_open_trip(session) is not None
 
 
-def run_batch_stage_c(engine: sa.Engine, batch: BatchInfo, *, run_id: str, fetcher: ImageFetcher) -> StageCResult:
-    """Stage C over the batch. A lockout stops Stage C and opens a trip at once; the caller goes on to Stage D."""
+def run_batch_stage_c(engine: sa.Engine, batch: BatchInfo, *, run_id: str, fetcher: ImageFetcher,
+                      logger: logging.Logger | None = None) -> StageCResult:
+    """Stage C over the batch. A lockout stops Stage C and opens a trip at once; the caller goes on to Stage D.
+
+    Progress and every card that failed, was deferred or was left terminal go to ``logger``.
+    """
+    said = BatchLog(logger or log, "stage C", len(batch.card_ids))
     report = run_stage_c(
         engine,
         batch.card_ids,
@@ -95,6 +135,8 @@ def run_batch_stage_c(engine: sa.Engine, batch: BatchInfo, *, run_id: str, fetch
         run_id=run_id,
         fetcher=fetcher,
         should_stop=lambda: trip_is_open(engine),
+        progress=said.advance,
+        on_card=said.card,
     )
     trip_id = None
     if report.lockout is not None:
@@ -121,9 +163,15 @@ def _lockout_detail(report: StageCReport) -> dict[str, object]:
     }
 
 
-def run_batch_stage_d(engine: sa.Engine, batch: BatchInfo, *, run_id: str) -> StageDReport:
-    """Stage D scoped to the batch: work already in hand drains even after a lockout."""
-    return run_stage_d(engine, batch.card_ids, run_id=run_id)
+def run_batch_stage_d(engine: sa.Engine, batch: BatchInfo, *, run_id: str,
+                      logger: logging.Logger | None = None) -> StageDReport:
+    """Stage D scoped to the batch: work already in hand drains even after a lockout.
+
+    The batch goes in chunks of a quarter of it (each its own transaction) so ``logger`` hears of
+    progress while it runs; a batch is small enough that the extra commits cost nothing to speak of.
+    """
+    said = BatchLog(logger or log, "stage D", len(set(batch.card_ids)))
+    return run_stage_d(engine, batch.card_ids, run_id=run_id, chunk_size=said.every, progress=said.advance)
 
 
 def finish_batch(

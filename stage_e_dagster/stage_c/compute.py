@@ -14,6 +14,7 @@ from typing import Any, Iterable
 from .decode import DEFAULT_MAX_PIXELS, decode_image
 from .extractors import FIELDS_BY_KEY, IMAGE_EXTRACTORS, ImageContext
 from .manifest import MANIFEST_VERSIONS
+from .ocr import TessdataNotFound
 
 log = logging.getLogger(__name__)
 
@@ -106,7 +107,8 @@ def compute_evidence(content_hash: str, data: bytes, *, latency_ms: float | None
         return result
     result = ExtractionResult(content_hash=content_hash)
     result.timings_ms["decode"] = decode_ms
-    ctx = ImageContext(decoded.image, lexicon)
+    ctx = ImageContext.from_upload(decoded.image, lexicon)
+    result.timings_ms["localise"] = (time.perf_counter() - started) * 1000 - decode_ms
     for key in wanted:
         if key == "fetch_health":
             result.record(key, fetch_health_fields(ok=True, error_class=None, latency_ms=latency_ms, data=data,
@@ -115,6 +117,8 @@ def compute_evidence(content_hash: str, data: bytes, *, latency_ms: float | None
         t0 = time.perf_counter()
         try:
             fields, skip = IMAGE_EXTRACTORS[key](ctx)
+        except TessdataNotFound:  # the host cannot read at all: fail the batch, leave no card done
+            raise
         except Exception:  # an extractor bug must not stall the card in the backlog
             log.exception("extractor %s failed on content %s", key, content_hash)
             fields, skip = {}, "extractor-error"

@@ -1,4 +1,7 @@
-"""Decode fetched bytes into an image, with guards against decompression bombs and truncated files."""
+"""Decode fetched bytes into an upright image, with guards against decompression bombs and truncated files.
+
+A phone stores a photo as the sensor read it and names the turn to show it in the EXIF
+``Orientation`` tag; the image is turned here, so every later step sees what the person saw."""
 
 from __future__ import annotations
 
@@ -6,7 +9,7 @@ import io
 import warnings
 from dataclasses import dataclass
 
-from PIL import Image, UnidentifiedImageError
+from PIL import Image, ImageOps, UnidentifiedImageError
 
 # A 600 DPI card with bleed is about 4,200 x 5,700 = 24 Mpx; far beyond that is a bomb, not a card.
 DEFAULT_MAX_PIXELS = 40_000_000
@@ -55,6 +58,10 @@ def decode_image(data: bytes, *, max_pixels: int = DEFAULT_MAX_PIXELS) -> Decode
         return Decoded(None, fmt, "decompression-bomb", width, height)
     except (SyntaxError, ValueError, EOFError):
         return Decoded(None, fmt, "not-an-image", width, height)
+    try:
+        image = ImageOps.exif_transpose(image)
+    except (OSError, SyntaxError, ValueError, TypeError):
+        pass  # an unreadable EXIF block is not a reason to lose the picture: keep it as stored
     if image.mode != "RGB":
         image = image.convert("RGB")
-    return Decoded(image, fmt, None, width, height)
+    return Decoded(image, fmt, None, *image.size)

@@ -1,5 +1,6 @@
-"""The pure extractors of the manifest. Each reads one decoded image and returns its own fields,
-or a named skip reason; none touches the database or keeps pixels."""
+"""The pure extractors of the manifest. Each reads the localised card (``localise``: upright, in
+the card frame) and returns its own fields, or a named skip reason; none touches the database or
+keeps pixels."""
 
 from __future__ import annotations
 
@@ -11,14 +12,17 @@ from PIL import Image, ImageStat
 
 from .geometry import BleedClass, all_boxes, box_px, classify_bleed, trim_box
 from .hashing import phash_int
+from .localise import Localised, localise_card
 from .ocr import BottomLinesRead, read_bottom_lines
 
 # Which evidence columns each extractor owns; a recompute of one key rewrites only these.
 FIELDS_BY_KEY: dict[str, tuple[str, ...]] = {
     "fetch_health": ("fetch_ok", "fetch_error_class", "fetch_latency_ms", "image_format", "byte_size", "md5",
                      "sha256"),
+    "card_localisation": ("card_quad", "localisation_confidence", "localisation_rotation", "localisation_tilt_deg",
+                          "localisation_method"),
     "geometry_bleed": ("width", "height", "aspect_ratio", "bleed_class"),
-    "layout_class": ("layout_class",),
+    "layout_class": ("layout_class", "layout_confidence"),
     "crop_coordinates": ("crops",),
     "collector_line_ocr": ("collector_line_raw_text", "collector_set_code", "collector_number",
                            "collector_language"),
@@ -36,19 +40,39 @@ Outcome = tuple[dict[str, Any], str | None]
 
 @dataclass
 class ImageContext:
-    """One decoded image and what several extractors share, computed at most once."""
+    """The localised card of one upload and what several extractors share, computed at most once.
+
+    ``image`` is the card (``localisation.card``), never the raw upload; without a localisation
+    (a caller that built the context from a card image itself) the image is taken as the card.
+    """
 
     image: Image.Image
     lexicon: frozenset[str] | None
+    localisation: Localised | None = None
     _read: BottomLinesRead | None = field(default=None, repr=False)
+
+    @classmethod
+    def from_upload(cls, upload: Image.Image, lexicon: frozenset[str] | None) -> ImageContext:
+        localised = localise_card(upload)
+        return cls(localised.card, lexicon, localised)
 
     @property
     def size(self) -> tuple[int, int]:
         return self.image.size
 
     @property
+    def source_size(self) -> tuple[int, int]:
+        return self.localisation.source_size if self.localisation is not None else self.image.size
+
+    @property
     def bleed_class(self) -> BleedClass | None:
+        if self.localisation is not None:
+            return self.localisation.bleed_class
         return classify_bleed(*self.size)
+
+    @property
+    def localisation_confidence(self) -> float:
+        return self.localisation.confidence if self.localisation is not None else 0.0
 
     def box(self, name: str) -> tuple[int, int, int, int]:
         return box_px(name, *self.size, self.bleed_class)
@@ -68,46 +92,94 @@ class ImageContext:
         return self._read
 
 
+def card_localisation(ctx: ImageContext) -> Outcome:
+    """Where the card was found; a fallback (no card found, the whole upload used) is a named skip."""
+    if ctx.localisation is None:
+        return {}, "not-localised"
+    localised = ctx.localisation
+    return localised.evidence(), "no-card-found" if localised.method == "fallback" else None
+
+
 def geometry_bleed(ctx: ImageContext) -> Outcome:
-    width, height = ctx.size
+    """The upload's own size and aspect, and the bleed class of the card found in it.
+
+    Size and aspect describe the source (what was fetched); the bleed class describes the card
+    (the quad, or the whole image when that is the card), so a photo whose aspect happens to be
+    a print file's is not called ``bleed``.
+    """
+    width, height = ctx.source_size
     bleed = ctx.bleed_class
     fields = {"width": width, "height": height, "aspect_ratio": round(width / height, 5), "bleed_class": bleed}
     return fields, None if bleed else "ambiguous"
 
 
-def _edge_bands(image: Image.Image) -> list[np.ndarray]:
-    arr = np.asarray(image, dtype=np.float32)
+# Bands sampled for the border, as fractions of the card's width in from each trimmed edge. A
+# printed border is about 4% of the width. A found quad can be a few percent loose (a sliver of
+# table, stack or top-loader inside it), so each side takes the plainest of three insets.
+BORDER_BANDS = ((0.01, 0.03), (0.03, 0.05), (0.05, 0.07))
+
+
+def _side_bands(arr: np.ndarray, a: int, b: int) -> list[np.ndarray]:
     h, w = arr.shape[:2]
-    t = max(2, round(min(w, h) * 0.015))
     inset_x, inset_y = round(w * 0.1), round(h * 0.1)
     return [
-        arr[:t, inset_x:w - inset_x].reshape(-1, 3), arr[h - t:, inset_x:w - inset_x].reshape(-1, 3),
-        arr[inset_y:h - inset_y, :t].reshape(-1, 3), arr[inset_y:h - inset_y, w - t:].reshape(-1, 3),
+        arr[a:b, inset_x:w - inset_x].reshape(-1, 3), arr[h - b:h - a, inset_x:w - inset_x].reshape(-1, 3),
+        arr[inset_y:h - inset_y, a:b].reshape(-1, 3), arr[inset_y:h - inset_y, w - b:w - a].reshape(-1, 3),
     ]
 
 
-def classify_border(image: Image.Image) -> str | None:
-    """Border colour from the four edge bands: black, white, silver, borderless, or None when unclear."""
-    bands = _edge_bands(image)
-    means = np.array([b.mean(axis=0) for b in bands])
-    spread = max(float(b.std(axis=0).mean()) for b in bands)
-    if spread > 28 or float(np.ptp(means.mean(axis=1))) > 40:
+def _edge_bands(image: Image.Image, bleed_class: BleedClass | None) -> list[np.ndarray]:
+    """Top, bottom, left and right border samples of the trimmed card: per side the plainest inset."""
+    arr = np.asarray(image, dtype=np.float32)
+    left, top, right, bottom = trim_box(image.width, image.height, bleed_class)
+    arr = arr[top:bottom, left:right]
+    w = arr.shape[1]
+    by_inset = [_side_bands(arr, round(w * a), max(round(w * a) + 2, round(w * b))) for a, b in BORDER_BANDS]
+    return [min((bands[side] for bands in by_inset), key=lambda band: float(band.std(axis=0).mean()))
+            for side in range(4)]
+
+
+def classify_border(image: Image.Image, bleed_class: BleedClass | None = None) -> str | None:
+    """Border colour of the card ``image`` (the localised card, not the upload) from four bands just
+    inside its trimmed edges: black, white, silver, borderless, or None when unclear."""
+    # A photo's white balance and light vary: brightness is taken relative to the card's own
+    # highlights (its 95th percentile), so a shaded white border is still white, not silver.
+    gray = np.asarray(image.convert("L"), dtype=np.float32)
+    highlight = max(float(np.percentile(gray, 95)), 1.0)
+    gain = 255.0 / max(highlight, 200.0)
+    labels = [_band_colour(band * gain) for band in _edge_bands(image, bleed_class)]
+    # A majority of the four sides: a photo's shadow, glare or a sliver of background spoils one
+    # side, rarely two.
+    counts = {label: labels.count(label) for label in set(labels)}
+    ranked = sorted(counts.values(), reverse=True)
+    top = max(counts, key=counts.__getitem__)
+    if ranked[0] < 2 or (len(ranked) > 1 and ranked[1] == ranked[0]):
+        return None
+    return top
+
+
+def _band_colour(band: np.ndarray) -> str | None:
+    """One side's colour from its median (robust to a few stray pixels); a busy band is art: borderless."""
+    if float(band.std(axis=0).mean()) > 28:
         return "borderless"
-    rgb = means.mean(axis=0)
+    rgb = np.median(band, axis=0)
     brightness = float(rgb.mean())
     saturation = float(rgb.max() - rgb.min())
     if brightness <= 60:
         return "black"
-    if brightness >= 210:
+    if brightness >= 195:
         return "white"
-    if 130 <= brightness <= 200 and saturation <= 25:
+    if 130 <= brightness < 195 and saturation <= 25:
         return "silver"
     return None
 
 
 def layout_class(ctx: ImageContext) -> Outcome:
-    border = classify_border(ctx.image)
-    return {"layout_class": border}, None if border else "ambiguous"
+    """The border read on the card; ``layout_confidence`` is the localisation's, so a reading taken
+    where no card was found (below ``LAYOUT_CONFIDENCE_BAR``) is kept but must not veto a match."""
+    border = classify_border(ctx.image, ctx.bleed_class)
+    fields = {"layout_class": border, "layout_confidence": round(ctx.localisation_confidence, 3) if border else None}
+    return fields, None if border else "ambiguous"
 
 
 def crop_coordinates(ctx: ImageContext) -> Outcome:
@@ -186,6 +258,7 @@ def color_profile(ctx: ImageContext) -> Outcome:
 
 # Image extractors in manifest order; fetch_health is filled from the fetch itself.
 IMAGE_EXTRACTORS: dict[str, Callable[[ImageContext], Outcome]] = {
+    "card_localisation": card_localisation,
     "geometry_bleed": geometry_bleed,
     "layout_class": layout_class,
     "crop_coordinates": crop_coordinates,
@@ -201,7 +274,7 @@ IMAGE_EXTRACTORS: dict[str, Callable[[ImageContext], Outcome]] = {
 
 # Extractor groups the benchmark reports separately.
 EXTRACTOR_GROUPS: dict[str, tuple[str, ...]] = {
-    "geometry": ("geometry_bleed", "layout_class", "crop_coordinates"),
+    "geometry": ("card_localisation", "geometry_bleed", "layout_class", "crop_coordinates"),
     "ocr": ("collector_line_ocr", "collector_line_word_boxes", "artist_ocr", "legal_line"),
     "hashes": ("symbol_region", "art_phash"),
     "signals": ("quality_signals", "color_profile"),

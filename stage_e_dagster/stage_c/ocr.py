@@ -2,27 +2,57 @@
 
 One read of the full-width bottom band serves the collector line, the artist credit and the
 legal line, so most cards cost a single Tesseract call. Later tiers run only when the first read
-gives no usable collector line.
+gives no usable collector line. Reads go through the Tesseract API in this process (tesserocr),
+one engine per thread, reused for every read: starting a ``tesseract`` process per read cost
+more than the read itself.
 """
 
 from __future__ import annotations
 
+import glob
 import os
-from dataclasses import dataclass, field
-from typing import Iterator
+import re
+import threading
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import TYPE_CHECKING, Iterator, Literal, Mapping
 
 import numpy as np
-import pytesseract
 from PIL import Image, ImageFilter, ImageOps
 
-from .parse import CollectorParse, parse_artist, parse_artist_after_language, parse_collector_lines, parse_legal
+from .parse import (
+    NUMBER_SLASH,
+    CollectorParse,
+    copyright_line_number,
+    parse_artist,
+    parse_artist_after_language,
+    parse_collector_lines,
+    parse_legal,
+)
 
 # Upscale so the small type reaches about this many pixels per font size; Tesseract reads best near 30-40 px.
 TARGET_FONT_PX = 40.0
 # Printed type is 1.5-2% of the card height; the middle of that range sets the upscale.
 EXPECTED_FONT_FRAC = 0.0175
-# Keep Tesseract to one thread: parallelism comes from running cards side by side.
+# Sauvola's weight of the local spread (the usual 0.2): higher thins strokes ("Illus." read as "Itus.").
+SAUVOLA_K = 0.2
+# Ink is at least this many grey levels darker than its neighbourhood's mean: flat or smoothly
+# shaded ground, where Sauvola's cut alone marks the darkest pixels as ink, stays blank.
+LOCAL_MIN_CONTRAST = 12.0
+# Keep Tesseract to one thread: parallelism comes from running cards side by side. Set before
+# tesserocr is first imported (in ``_engine``), as OpenMP reads it when the library loads.
 os.environ.setdefault("OMP_THREAD_LIMIT", "1")
+
+if TYPE_CHECKING:
+    from tesserocr import PyResultIterator, PyTessBaseAPI
+
+LANGUAGE = "eng"
+# Where Debian's tesseract-ocr-eng puts the language data (the folder name is the major version).
+DEBIAN_TESSDATA = "/usr/share/tesseract-ocr/*/tessdata"
+
+
+class TessdataNotFound(RuntimeError):
+    """Tesseract has no language data to start with: a configuration problem of the host, not of a card."""
 
 
 @dataclass(frozen=True)
@@ -54,20 +84,94 @@ class BottomLinesRead:
     texts: list[str] = field(default_factory=list)
 
 
-def tesseract_words(image: Image.Image, psm: int) -> list[OcrWord]:
-    """One Tesseract call; words with their boxes and confidence, blanks dropped."""
-    data = pytesseract.image_to_data(
-        image, config=f"--psm {psm} -c tessedit_do_invert=0", output_type=pytesseract.Output.DICT
+def _version_key(folder: Path) -> tuple[int, ...]:
+    return tuple(int(part) for part in re.findall(r"\d+", folder.parent.name))
+
+
+def find_tessdata(environ: Mapping[str, str] = os.environ, probe: str = DEBIAN_TESSDATA) -> Path:
+    """The folder holding ``eng.traineddata``: ``TESSDATA_PREFIX`` when set (the folder itself, or its
+    parent, as Tesseract 3 read it), else the newest Debian install found by ``probe``.
+
+    A ``TESSDATA_PREFIX`` that holds no data is an error, not a reason to look elsewhere: whoever set
+    it meant that data.
+    """
+    prefix = environ.get("TESSDATA_PREFIX")
+    if prefix:
+        candidates = [Path(prefix), Path(prefix) / "tessdata"]
+        looked = f"TESSDATA_PREFIX={prefix}"
+    else:
+        candidates = sorted((Path(p) for p in glob.glob(probe)), key=_version_key, reverse=True)
+        looked = probe
+    for folder in candidates:
+        if (folder / f"{LANGUAGE}.traineddata").is_file():
+            return folder
+    raise TessdataNotFound(
+        f"no {LANGUAGE}.traineddata under {looked}: install tesseract-ocr-{LANGUAGE} (scripts/setup.sh) "
+        "or point TESSDATA_PREFIX at the folder that holds it"
     )
-    words = []
-    for i, text in enumerate(data["text"]):
-        if text and text.strip():
-            words.append(OcrWord(
-                text=text.strip(), left=int(data["left"][i]), top=int(data["top"][i]),
-                width=int(data["width"][i]), height=int(data["height"][i]), conf=float(data["conf"][i]),
-                line=(int(data["block_num"][i]), int(data["par_num"][i]), int(data["line_num"][i])),
-            ))
-    return words
+
+
+_engines = threading.local()
+
+
+def _engine() -> PyTessBaseAPI:
+    """This thread's Tesseract engine, started on first use. An engine is not safe to share between
+    threads; tesserocr releases the GIL while it reads, so threads still read in parallel."""
+    api = getattr(_engines, "api", None)
+    if api is None:
+        import tesserocr
+
+        tessdata = find_tessdata()
+        try:
+            # LSTM only (what the CLI's default picks for this data): the legacy engine's adaptive
+            # classifier learns from every page, and a reused engine would then read by its history.
+            api = tesserocr.PyTessBaseAPI(path=str(tessdata), lang=LANGUAGE, psm=tesserocr.PSM.SINGLE_BLOCK,
+                                          oem=tesserocr.OEM.LSTM_ONLY)
+        except RuntimeError as exc:  # a file is there but Tesseract cannot load it
+            raise TessdataNotFound(f"Tesseract could not load {LANGUAGE} from {tessdata}: {exc}") from exc
+        # The crops are prepared dark-on-light; Tesseract's own inverted retry only finds noise.
+        api.SetVariable("tessedit_do_invert", "0")
+        _engines.api = api
+    return api
+
+
+def tesseract_words(image: Image.Image, psm: int) -> list[OcrWord]:
+    """One Tesseract read in page segmentation mode ``psm``; words with their boxes and confidence,
+    numbered by block, paragraph and line as Tesseract's TSV output numbers them, blanks dropped."""
+    gray = image if image.mode == "L" else image.convert("L")
+    if gray.width == 0 or gray.height == 0:
+        return []
+    api = _engine()
+    if api.GetPageSegMode() != psm:
+        api.SetPageSegMode(psm)
+    # Raw bytes carry no resolution, so Tesseract estimates it from the text, as it does for a PNG file.
+    api.SetImageBytes(gray.tobytes(), gray.width, gray.height, 1, gray.width)
+    api.Recognize()
+    iterator = api.GetIterator()
+    return [] if iterator is None else _words(iterator)
+
+
+def _words(iterator: PyResultIterator) -> list[OcrWord]:
+    from tesserocr import RIL
+
+    words: list[OcrWord] = []
+    block = par = line = 0
+    while True:
+        if not iterator.Empty(RIL.WORD):
+            if iterator.IsAtBeginningOf(RIL.BLOCK):
+                block, par, line = block + 1, 0, 0
+            if iterator.IsAtBeginningOf(RIL.PARA):
+                par, line = par + 1, 0
+            if iterator.IsAtBeginningOf(RIL.TEXTLINE):
+                line += 1
+            text = (iterator.GetUTF8Text(RIL.WORD) or "").strip()
+            if text:
+                left, top, right, bottom = iterator.BoundingBox(RIL.WORD)
+                words.append(OcrWord(text=text, left=left, top=top, width=right - left, height=bottom - top,
+                                     conf=round(float(iterator.Confidence(RIL.WORD)), 3),
+                                     line=(block, par, line)))
+        if not iterator.Next(RIL.WORD):
+            return words
 
 
 def _dark_text(gray: Image.Image) -> Image.Image:
@@ -77,7 +181,12 @@ def _dark_text(gray: Image.Image) -> Image.Image:
 
 
 def _otsu(gray: Image.Image) -> int:
+    """The global Otsu cut: levels above it are ground. A band of one level (a solid colour) has
+    nothing to separate, so all of it is ground."""
     hist = np.asarray(gray.histogram(), dtype=np.float64)
+    present = np.flatnonzero(hist)
+    if present.size < 2:
+        return int(present[0]) - 1 if present.size else 0
     total = hist.sum()
     levels = np.arange(256)
     weight = np.cumsum(hist)
@@ -87,13 +196,38 @@ def _otsu(gray: Image.Image) -> int:
     return int(np.nanargmax(between))
 
 
+def _window_mean(values: np.ndarray, radius: int) -> np.ndarray:
+    """Mean over the (2r+1)-square around each pixel, edges repeated, from one integral image."""
+    size = 2 * radius + 1
+    padded = np.pad(values, radius, mode="edge")
+    integral = np.pad(padded.cumsum(axis=0).cumsum(axis=1), ((1, 0), (1, 0)))
+    window = integral[size:, size:] - integral[:-size, size:] - integral[size:, :-size] + integral[:-size, :-size]
+    return window / (size * size)
+
+
+def _sauvola(gray: Image.Image, radius: int, k: float = SAUVOLA_K) -> Image.Image:
+    """Sauvola's local threshold: each pixel is cut against the mean and spread of its neighbourhood,
+    so text stays readable where the ground's brightness drifts (foil, rainbow, glare), which a
+    single global cut turns into solid black or white."""
+    arr = np.asarray(gray, dtype=np.float64)
+    mean = _window_mean(arr, radius)
+    spread = np.sqrt(np.maximum(_window_mean(arr * arr, radius) - mean * mean, 0.0))
+    cut = mean * (1.0 + k * (spread / 128.0 - 1.0))
+    text = (arr <= cut) & (mean - arr >= LOCAL_MIN_CONTRAST)
+    return Image.fromarray(np.where(text, 0, 255).astype(np.uint8))
+
+
 def upscale_factor(face_height: int, extra: float = 1.0) -> float:
     return max(1.0, TARGET_FONT_PX / (EXPECTED_FONT_FRAC * face_height)) * extra
 
 
-def prepare(crop: Image.Image, face_height: int, *, extra_scale: float = 1.0, binarize: bool = True,
+Threshold = Literal["otsu", "local"] | None
+
+
+def prepare(crop: Image.Image, face_height: int, *, extra_scale: float = 1.0, threshold: Threshold = "otsu",
             sharpen: bool = False) -> Image.Image:
-    """Grayscale, dark-on-light, upscaled, contrast-stretched and (optionally) Otsu-binarised crop."""
+    """Grayscale, dark-on-light, upscaled, contrast-stretched crop, binarised by one global Otsu cut,
+    by a local (Sauvola) cut, or not at all (``threshold`` None)."""
     gray = _dark_text(crop.convert("L"))
     scale = upscale_factor(face_height, extra_scale)
     if scale != 1.0:
@@ -101,24 +235,30 @@ def prepare(crop: Image.Image, face_height: int, *, extra_scale: float = 1.0, bi
     if sharpen:
         gray = gray.filter(ImageFilter.UnsharpMask(radius=2, percent=150, threshold=2))
     gray = ImageOps.autocontrast(gray, cutoff=1)
-    if binarize:
+    if threshold == "otsu":
         cut = _otsu(gray)
         gray = gray.point(lambda v: 255 if v > cut else 0)
+    elif threshold == "local":
+        # A neighbourhood about two glyphs wide: wide enough to hold ground around every stroke.
+        gray = _sauvola(gray, radius=round(TARGET_FONT_PX * extra_scale))
     return gray
 
 
-# (name, extra upscale, binarize, sharpen, psm), tried in order until one gives a usable collector line.
-TIERS: tuple[tuple[str, float, bool, bool, int], ...] = (
-    ("otsu", 1.0, True, False, 6),
-    ("gray", 1.0, False, False, 6),
-    ("sharp-large", 1.5, True, True, 6),
-    ("sparse", 1.0, False, False, 11),
+# (name, extra upscale, threshold, sharpen, psm), tried in order until one gives a usable collector line.
+# The local tier follows the two reads that serve most cards, so they read as before; it is the one
+# that reads foil, where both the global cut and Tesseract's own (also global) binarisation fail.
+TIERS: tuple[tuple[str, float, Threshold, bool, int], ...] = (
+    ("otsu", 1.0, "otsu", False, 6),
+    ("gray", 1.0, None, False, 6),
+    ("local", 1.0, "local", False, 6),
+    ("sharp-large", 1.5, "otsu", True, 6),
+    ("sparse", 1.0, None, False, 11),
 )
 
 
 def _attempts(crop: Image.Image, face_height: int) -> Iterator[tuple[str, list[OcrWord], int]]:
-    for name, extra, binarize, sharpen, psm in TIERS:
-        prepared = prepare(crop, face_height, extra_scale=extra, binarize=binarize, sharpen=sharpen)
+    for name, extra, threshold, sharpen, psm in TIERS:
+        prepared = prepare(crop, face_height, extra_scale=extra, threshold=threshold, sharpen=sharpen)
         yield name, tesseract_words(prepared, psm), prepared.width
 
 
@@ -133,15 +273,27 @@ def _lines(words: list[OcrWord], split_x: float | None) -> list[str]:
 
 
 def _usable(parse: CollectorParse, lexicon: frozenset[str] | None) -> bool:
-    return parse.collector_number is not None and parse.number_complete and (
-        parse.set_code is None or lexicon is None or parse.set_code_known
-    )
+    """A confident collector read, worth stopping the tiers for.
+
+    A bare number (no ``/set size``, no rarity letter) is what junk from the frame edge reads like,
+    so it stops the tiers only beside a set code read as printed and known to the lexicon.
+    """
+    if parse.collector_number is None or not parse.number_complete:
+        return False
+    if parse.number_is_weak and not (parse.set_code_known and parse.set_code_source == "direct"):
+        return False
+    return parse.set_code is None or lexicon is None or parse.set_code_known
 
 
-def _score(read: BottomLinesRead) -> int:
-    """How much of the collector line a read that failed the stop rule still found."""
+def _score(read: BottomLinesRead) -> tuple[int, float]:
+    """How much of the collector line a read that failed the stop rule still found, then how sure
+    Tesseract was of the words holding the number (mean confidence, 0 when none)."""
     parse = read.collector
-    return 2 * (parse.collector_number is not None) + parse.set_code_known + parse.number_complete
+    found = (2 * (parse.collector_number is not None) + parse.set_code_known + parse.number_complete
+             + (parse.collector_number is not None and not parse.number_is_weak))
+    number = parse.collector_number
+    confs = [w.conf for w in read.words if w.conf >= 0 and number in w.text] if number else []
+    return found, (sum(confs) / len(confs) if confs else 0.0)
 
 
 def read_bottom_lines(band: Image.Image, face_height: int, lexicon: frozenset[str] | None,
@@ -157,6 +309,11 @@ def read_bottom_lines(band: Image.Image, face_height: int, lexicon: frozenset[st
         left_text = "\n".join(left_lines)
         texts.append(full_text)
         collector = parse_collector_lines(left_text, lexicon)
+        if collector.collector_number is None:
+            # 2008-2014 frames print the number at the end of the centred copyright line instead.
+            number = copyright_line_number(full_text)
+            if number is not None:
+                collector = replace(collector, collector_number=number, number_source=NUMBER_SLASH)
         artist, illus = parse_artist(full_text)
         if artist is None:
             for line in left_lines:

@@ -1,7 +1,9 @@
 """Tolerant parses of the printed bottom lines: collector number, set code, language, artist, legal line.
 
 OCR of small type misreads bullets and confuses look-alike glyphs, so the set code is checked
-against the catalogue's lexicon and repaired only when exactly one repair is a known code.
+against the catalogue's lexicon and repaired only when exactly one repair is a known code. Each
+parse says how it got its number and its set code, so a caller can tell a clean read from a
+repaired or weak one.
 """
 
 from __future__ import annotations
@@ -13,19 +15,43 @@ from itertools import product
 LANG_CODES = ("EN", "DE", "FR", "IT", "ES", "PT", "JA", "JP", "RU", "KO", "ZH", "CS", "CT", "PH")
 RARITY_LETTERS = "CURMSLTPB"
 
+# How a parse got its collector number and its set code.
+NUMBER_SLASH = "slash"          # number over set size: "041/281"
+NUMBER_RARITY = "rarity"        # rarity letter then a 4-digit number: "C 0100"
+NUMBER_BARE = "bare"            # a lone number on a line: weak, junk from the frame edge reads like this
+SET_CODE_DIRECT = "direct"      # the token as printed (a misread bullet peeled off) is the code
+SET_CODE_REPAIRED = "repaired"  # the code is known only after swapping look-alike glyphs
+
+# Letters that OCR glues onto the front of a number ("t74/274", "LLC68/244"): never digit look-alikes.
+_GLUED_LETTERS = "AC-HJ-NP-RT-Za-km-np-z"
 # Number over set size, e.g. "041/281"; OCR may split a digit group or read O/I/l/S/B for digits.
 _SLASH = re.compile(
-    r"(?<![0-9A-Za-z])[*\u2605]?((?:[0-9OoIlSB] ?){0,3}[0-9OoIlSB][a-z]?)\s*[/|\\]\s*([0-9OoIlSB]{1,4})"
+    rf"(?<![0-9A-Za-z])(?:[{_GLUED_LETTERS}]{{1,4}}(?=[0-9]))?[*\u2605]?"
+    r"((?:[0-9OoIlSB] ?){0,3}[0-9OoIlSB][a-z]?)\s*[/|\\]\s*([0-9OoIlSB]{1,4})"
 )
 _RARITY_FIRST = re.compile(rf"(?<![0-9A-Za-z])[{RARITY_LETTERS}]\s*[^\sA-Za-z0-9]?\s*([0-9OoIlSB]{{3,5}}[a-z]?)\b")
 _BARE_NUMBER = re.compile(r"(?<![0-9A-Za-z/])[*\u2605]?([0-9]{1,4}[a-z]?)(?![0-9/])")
-_LANG = re.compile(rf"(?<![A-Z])({'|'.join(LANG_CODES)})(?![a-z])")
-_YEAR_MARKED = re.compile(r"(?:\u00a9|\(c\)|\bc\)|copyright|&)\s*((?:19|20)\d{2})\b", re.IGNORECASE)
+# A language code is a whole token ("FRF" and "DEN" are set codes), or glued to a bullet misread as e/o/a.
+_LANG = re.compile(
+    rf"(?:(?<![A-Za-z0-9])|(?<=(?<![A-Za-z0-9])[eoa]))({'|'.join(LANG_CODES)})(?![A-Za-z0-9])"
+)
+# A marked year, or the end of a marked range: "(c) 1993-2012" is a 2012 card.
+_YEAR_MARKED = re.compile(
+    r"(?:\u00a9|\(c\)|\bc\)|copyright|&)\s*((?:19|20)\d{2})(?:\s*[-\u2013]\s*((?:19|20)\d{2}))?\b",
+    re.IGNORECASE,
+)
 _YEAR_BARE = re.compile(r"(?<!\d)((?:19|20)\d{2})(?!\d)")
 _PROXY = re.compile(r"not\s*for\s*sale|\bproxy\b|playtest|original\s+design", re.IGNORECASE)
-# Name words are capitalised, not all capitals, so a "PROXY" or "NOT FOR SALE" beside the credit stays out.
+# Name words are capitalised ("Anna Adler") or, on newer frames, all capitals ("JOHN AVON"); one style per
+# name, and the words of the legal and proxy text never count as a name.
 _NAME_WORD = r"[A-Z][a-z][\w'\-]*"
-_ILLUS = re.compile(rf"(?:\b[Il1|]{{1,2}}lu[s5][.,:]?|\b[il1|]u[s5][.,:])\s+({_NAME_WORD}(?:\s+{_NAME_WORD}){{0,3}})")
+_CAPS_WORD = r"[A-Z][A-Z'\-]+"
+_NOT_NAME_WORDS = frozenset({"PROXY", "NOT", "FOR", "SALE", "TM", "LLC", "INC", "WIZARDS", "OF", "THE", "COAST",
+                             "ALL", "RIGHTS", "RESERVED", "PLAYTEST", "ILLUS", *LANG_CODES})
+# "Illus." as printed and as misread: "Ilus", "lus.", "Itus." (the double l read as t), "ILLUS.".
+_ILLUS_ANCHOR = r"(?:\b[Il1|]{1,2}lu[s5][.,:]?|\b[il1|]u[s5][.,:]|\b[Il1|]tu[s5][.,:]|\bILLU[S5][.,:]?)"
+_ILLUS = re.compile(rf"{_ILLUS_ANCHOR}\s+({_NAME_WORD}(?:\s+{_NAME_WORD}){{0,3}})")
+_ILLUS_CAPS = re.compile(rf"{_ILLUS_ANCHOR}\s+({_CAPS_WORD}(?:!?\s+{_CAPS_WORD}){{0,3}}!?)")
 _GLUED = re.compile(r"(?<=[a-z])(?=[A-Z][a-z])")
 
 # Glyphs OCR confuses, digit side first.
@@ -44,6 +70,13 @@ class CollectorParse:
     set_code_known: bool
     # False when the number's printed form looks clipped (the newer style always prints 4 digits).
     number_complete: bool = True
+    number_source: str | None = None     # NUMBER_SLASH, NUMBER_RARITY or NUMBER_BARE
+    set_code_source: str | None = None   # SET_CODE_DIRECT or SET_CODE_REPAIRED
+
+    @property
+    def number_is_weak(self) -> bool:
+        """A bare number is what a junk line from the frame edge looks like; it needs more support."""
+        return self.number_source == NUMBER_BARE
 
 
 def normalize_number(number: str | None) -> str | None:
@@ -56,17 +89,25 @@ def normalize_number(number: str | None) -> str | None:
 
 def repair_set_code(raw: str, lexicon: frozenset[str] | None) -> tuple[str, bool]:
     """The set code and whether the lexicon knows it, repairing look-alike glyphs or a glued bullet."""
+    code, known, _ = resolve_set_code(raw, lexicon)
+    return code, known
+
+
+def resolve_set_code(raw: str, lexicon: frozenset[str] | None) -> tuple[str, bool, str]:
+    """Like :func:`repair_set_code`, plus how the code was obtained (SET_CODE_DIRECT or SET_CODE_REPAIRED)."""
     code = raw.lower()
     if lexicon is None or code in lexicon:
-        return code, lexicon is not None
-    candidates = {code[:-1]} if len(code) >= 4 and code[-1] in "eo" else set()
+        return code, lexicon is not None, SET_CODE_DIRECT
+    peeled = code[:-1] if len(code) >= 4 and code[-1] in "eo" else None
+    candidates = {peeled} if peeled else set()
     options = [(ch, *_CONFUSIONS.get(ch, "")) for ch in code]
     if len(code) <= 5:
         candidates.update("".join(combo) for combo in product(*options))
     known = sorted(c for c in candidates if c in lexicon)
     if len(known) == 1:
-        return known[0], True
-    return code, False
+        # Peeling a glued bullet keeps the printed letters; any other fix swapped a glyph.
+        return known[0], True, SET_CODE_DIRECT if known[0] == peeled else SET_CODE_REPAIRED
+    return code, False, SET_CODE_DIRECT
 
 
 def _code_token(head: str) -> str | None:
@@ -89,12 +130,15 @@ def _set_code_before(text: str, lang_start: int) -> str | None:
 
 def parse_collector_lines(text: str, lexicon: frozenset[str] | None) -> CollectorParse:
     """Collector number, set code and language from the collector block's text (any line order)."""
-    number = None
+    number = number_source = None
     complete = True
     match = _SLASH.search(text)
-    if match is None:
+    if match is not None:
+        number_source = NUMBER_SLASH
+    else:
         match = _RARITY_FIRST.search(text)
         complete = match is None or len(match.group(1).rstrip("abcdefghijklmnopqrstuvwxyz")) == 4
+        number_source = NUMBER_RARITY if match else None
     if match:
         number = match.group(1).replace(" ", "").translate(_DIGIT_FIX)
     else:
@@ -103,9 +147,9 @@ def parse_collector_lines(text: str, lexicon: frozenset[str] | None) -> Collecto
                 continue
             bare = _BARE_NUMBER.search(line)
             if bare:
-                number = bare.group(1)
+                number, number_source = bare.group(1), NUMBER_BARE
                 break
-    set_code = language = None
+    set_code = language = source = None
     known = False
     for line in text.splitlines():
         lang = _LANG.search(line)
@@ -114,23 +158,40 @@ def parse_collector_lines(text: str, lexicon: frozenset[str] | None) -> Collecto
         raw = _set_code_before(line, lang.start())
         if raw is None or raw.upper() in LANG_CODES:
             continue
-        set_code, known = repair_set_code(raw, lexicon)
+        set_code, known, source = resolve_set_code(raw, lexicon)
         language = lang.group(1).lower()
         break
     if (set_code is None or not known) and lexicon is not None:
-        # The language marker was misread: accept the first token of a line that is a known code.
+        # The language marker was misread: accept the first token of a line when it is a known code as
+        # printed. No look-alike repair here: off the marker's position, junk from the frame edge
+        # repairs into real codes too easily.
         for line in text.splitlines():
             first = re.match(r"\s*([A-Za-z0-9]{2,6})", line)
             if first is None or (match and match.group(0) in line):
                 continue
             raw = _code_token(first.group(1))
-            if raw is None:
-                continue
-            fallback, fallback_known = repair_set_code(raw, lexicon)
-            if fallback_known:
-                set_code, known = fallback, True
+            if raw is not None and raw.lower() in lexicon:
+                set_code, known, source = raw.lower(), True, SET_CODE_DIRECT
                 break
-    return CollectorParse(normalize_number(number) if number else None, set_code, language, known, complete)
+    return CollectorParse(normalize_number(number) if number else None, set_code, language, known, complete,
+                          number_source=number_source if number else None,
+                          set_code_source=source if set_code else None)
+
+
+def copyright_line_number(text: str) -> str | None:
+    """The number printed at the end of the copyright line (2008-2014 frames: "... Coast LLC 68/244").
+
+    These frames centre the line, so the number sits right of the collector block: give this the
+    whole band's text, not only its left part.
+    """
+    for line in text.splitlines():
+        marked = _YEAR_MARKED.search(line)
+        if marked is None:
+            continue
+        slash = _SLASH.search(line, marked.end())
+        if slash:
+            return normalize_number(slash.group(1).replace(" ", "").translate(_DIGIT_FIX))
+    return None
 
 
 def parse_artist(text: str) -> tuple[str | None, bool]:
@@ -138,7 +199,26 @@ def parse_artist(text: str) -> tuple[str | None, bool]:
     match = _ILLUS.search(text)
     if match:
         return _unglue(match.group(1).strip())[:64], True
+    caps = _ILLUS_CAPS.search(text)
+    name = _caps_name(caps.group(1)) if caps else None
+    if name:
+        return name, True
     return None, False
+
+
+def _caps_name(words_text: str) -> str | None:
+    """An all-capitals credit as a name: "JOHN AVON" -> "John Avon", stopping at legal or proxy words
+    and at a short mark after the first word (a brush or a stray glyph)."""
+    words: list[str] = []
+    # "!" glued to a capital is a misread I ("ALEKS!" is "ALEKSI").
+    for word in re.findall(r"[A-Z][A-Z'\-]*", re.sub(r"(?<=[A-Z])!", "I", words_text)):
+        if word in _NOT_NAME_WORDS or (words and len(word) <= 2) or len(words) == 3:
+            break
+        if len(word) >= 2:
+            words.append(word)
+    if not words or len(words[0]) < 3:
+        return None
+    return " ".join(w.capitalize() for w in words)[:64]
 
 
 def _unglue(name: str) -> str:
@@ -147,19 +227,25 @@ def _unglue(name: str) -> str:
 
 
 def parse_artist_after_language(line: str) -> str | None:
-    """Modern frames print the artist after ``SET • LANG`` and a brush mark."""
+    """Modern frames print the artist after ``SET • LANG`` and a brush mark, in capitals since 2015."""
     lang = _LANG.search(line)
     if not lang:
         return None
-    words = re.findall(_NAME_WORD, line[lang.end():])
+    rest = line[lang.end():]
+    caps = re.search(rf"{_CAPS_WORD}(?:!?\s+{_CAPS_WORD})*!?", rest)
+    name = _caps_name(caps.group(0)) if caps else None
+    if name:
+        return name
+    words = re.findall(_NAME_WORD, rest)
     name = " ".join(words[:3]).strip()
     return _unglue(name)[:64] or None
 
 
 def parse_legal(text: str) -> tuple[int | None, bool]:
-    """Copyright year (marked by ©, (c), & or 'copyright', else a bare year) and the proxy marker."""
+    """Copyright year (marked by ©, (c), & or 'copyright', else a bare year; a range gives its end) and
+    the proxy marker."""
     marked = _YEAR_MARKED.search(text)
-    year = marked.group(1) if marked else None
+    year = (marked.group(2) or marked.group(1)) if marked else None
     if year is None:
         bare = _YEAR_BARE.search(text)
         year = bare.group(1) if bare else None

@@ -39,6 +39,14 @@ PAGE_SIZE = 200
 # Cards whose bytes are fetched ahead while the current card computes (the most a stop wastes).
 FETCH_AHEAD = 2
 
+# Told of every card that did not simply complete: (card id, outcome, what happened in a phrase). The
+# outcome is the fetch's (``failed``, ``rejected``, ``throttled``, ``config-refused``, ``lockout``).
+CardNote = Callable[[int, str, str], None]
+
+
+def _ignore(card_id: int, outcome: str, detail: str) -> None:
+    pass
+
 
 @dataclass(frozen=True)
 class LockoutInfo:
@@ -145,7 +153,8 @@ def _settle_current(session: Session, view: _CardView, writer: str) -> None:
 def run_stage_c(engine: sa.Engine, card_ids: Sequence[int] | None, *, writer: str, run_id: str | None,
                 fetcher: ImageFetcher, lexicon: frozenset[str] | None = None, limit: int | None = None,
                 progress: Callable[[int], None] | None = None, should_stop: Callable[[], bool] | None = None,
-                retry_budget: int = DEFAULT_RETRY_BUDGET, fetch_ahead: int = FETCH_AHEAD) -> StageCReport:
+                retry_budget: int = DEFAULT_RETRY_BUDGET, fetch_ahead: int = FETCH_AHEAD,
+                on_card: CardNote | None = None) -> StageCReport:
     """Bring the evidence of ``card_ids`` (None: the whole Stage C backlog, by id) up to date.
 
     Ordinary per-card failures are counted and recorded, never raised. A 403 from an image host
@@ -153,6 +162,7 @@ def run_stage_c(engine: sa.Engine, card_ids: Sequence[int] | None, *, writer: st
     reached is listed as deferred (for an explicit ``card_ids`` list; in BULK mode they simply
     stay in the backlog). ``should_stop`` is asked before every card; no card starts after it says
     stop. Up to ``fetch_ahead`` cards are fetched ahead in a thread while a card computes.
+    ``on_card`` is told of each card that failed, was deferred or was left terminal.
     """
     if lexicon is None:
         lexicon = known_set_codes(engine)
@@ -172,26 +182,26 @@ def run_stage_c(engine: sa.Engine, card_ids: Sequence[int] | None, *, writer: st
             cards.start(None if limit is None else limit - report.attempted)
             try:
                 _process_card(engine, view, report, writer=writer, run_id=run_id, fetcher=cards,  # type: ignore[arg-type]
-                              lexicon=lexicon, retry_budget=retry_budget)
+                              lexicon=lexicon, retry_budget=retry_budget, note=on_card or _ignore)
             finally:
                 if progress is not None:
                     progress(1)
             unused = cards.unused_lockout()
             if unused is not None and report.lockout is None:
-                _lockout_met_ahead(engine, view, unused, report, run_id=run_id)
+                _lockout_met_ahead(engine, view, unused, report, run_id=run_id, note=on_card or _ignore)
             if report.lockout is not None:
                 break
     finally:
         met_ahead = cards.close()
     if met_ahead and report.lockout is None:
-        _lockout_met_ahead(engine, *met_ahead[0], report, run_id=run_id)
+        _lockout_met_ahead(engine, *met_ahead[0], report, run_id=run_id, note=on_card or _ignore)
     if (report.lockout is not None or stopped) and card_ids is not None:
         report.deferred_card_ids.extend(view.id for view in cards)
     return report
 
 
 def _lockout_met_ahead(engine: sa.Engine, view: _CardView, exc: FetchLockout, report: StageCReport, *,
-                       run_id: str | None) -> None:
+                       run_id: str | None, note: CardNote) -> None:
     """A 403 met by a fetch ahead that was never used (the card needed no fetch, or Stage C stopped
     before it): the host refused us all the same, so it is recorded and stops Stage C like any lockout."""
     with session_scope(engine) as session:
@@ -199,10 +209,11 @@ def _lockout_met_ahead(engine: sa.Engine, view: _CardView, exc: FetchLockout, re
                              run_id=run_id)
     report.lockout = LockoutInfo(exc.host, exc.status_code, view.id, view.locator, utcnow())
     log.warning("stage C stopped: %s (met fetching ahead)", exc)
+    note(view.id, "lockout", f"HTTP {exc.status_code} from {exc.host} (fetching ahead): Stage C stops")
 
 
 def _process_card(engine: sa.Engine, view: _CardView, report: StageCReport, *, writer: str, run_id: str | None,
-                  fetcher: ImageFetcher, lexicon: frozenset[str], retry_budget: int) -> None:
+                  fetcher: ImageFetcher, lexicon: frozenset[str], retry_budget: int, note: CardNote) -> None:
     keys: list[str] | None = None
     if view.known_hash is not None:
         with session_scope(engine) as session:
@@ -222,19 +233,25 @@ def _process_card(engine: sa.Engine, view: _CardView, report: StageCReport, *, w
         report.lockout = LockoutInfo(exc.host, exc.status_code, view.id, view.locator, utcnow())
         report.deferred_card_ids.append(view.id)
         log.warning("stage C stopped: %s", exc)
+        note(view.id, "lockout", f"HTTP {exc.status_code} from {exc.host}: Stage C stops, a lockout trip opens")
         return
 
     if fetched.outcome == THROTTLED:
         _defer_throttled(engine, view, fetched, report, run_id=run_id)
+        note(view.id, THROTTLED, f"HTTP {fetched.status_code} from {fetched.host}: deferred, stays in the backlog")
         return
 
     if fetched.outcome == CONFIG_REFUSED:
         _defer_config_refused(engine, view, fetched, report)
+        note(view.id, CONFIG_REFUSED, f"{fetched.error_class}: not fetched, fix {fetched.setting}; stays in backlog")
         return
 
     if fetched.outcome in (FAILED, REJECTED):
-        _persist_failed_fetch(engine, view, fetched, report, writer=writer, run_id=run_id, retry_budget=retry_budget,
-                              keys=keys)
+        terminal = _persist_failed_fetch(engine, view, fetched, report, writer=writer, run_id=run_id,
+                                         retry_budget=retry_budget, keys=keys)
+        where = "terminal record written" if terminal else "stays in the backlog for another attempt"
+        status = f" (HTTP {fetched.status_code})" if fetched.status_code else ""
+        note(view.id, fetched.outcome, f"{fetched.error_class}{status}: {where}")
         return
 
     assert fetched.data is not None
@@ -262,6 +279,7 @@ def _process_card(engine: sa.Engine, view: _CardView, report: StageCReport, *, w
     if result.terminal:
         report.rejected += 1
         report.terminal += 1
+        note(view.id, REJECTED, f"{result.error_class}: the image did not decode, terminal record written")
 
 
 def _defer_throttled(engine: sa.Engine, view: _CardView, fetched: FetchResult, report: StageCReport, *,
@@ -293,10 +311,10 @@ def _defer_config_refused(engine: sa.Engine, view: _CardView, fetched: FetchResu
 
 
 def _persist_failed_fetch(engine: sa.Engine, view: _CardView, fetched: FetchResult, report: StageCReport, *,
-                          writer: str, run_id: str | None, retry_budget: int, keys: list[str] | None) -> None:
+                          writer: str, run_id: str | None, retry_budget: int, keys: list[str] | None) -> bool:
     """Record the outcome; once it is permanent (or the retry budget is spent) persist a terminal
-    record. A host failure (``failed``) counts in the fetch window and may be transient; a rejected
-    upload is the card's own terminal outcome at once. A re-extraction (``keys`` = the stale ones)
+    record, and say so (True). A host failure (``failed``) counts in the fetch window and may be
+    transient; a rejected upload is the card's own terminal outcome at once. A re-extraction (``keys`` = the stale ones)
     marks only those keys, keeping stored values."""
     assert fetched.error_class is not None
     if fetched.outcome == FAILED:
@@ -307,7 +325,7 @@ def _persist_failed_fetch(engine: sa.Engine, view: _CardView, fetched: FetchResu
         record_fetch_outcome(session, fetched.outcome, status_code=fetched.status_code, host=fetched.host,
                              card_id=view.id, run_id=run_id)
         if fetched.outcome == FAILED and fetched.transient and count_transient_failure(session, view.id) < retry_budget:
-            return  # stays in the backlog for a later attempt
+            return False  # stays in the backlog for a later attempt
         content_hash = view.known_hash or locator_key(view.locator)
         result: ExtractionResult = terminal_result(content_hash, fetched.error_class, latency_ms=fetched.latency_ms,
                                                    keys=keys)
@@ -315,3 +333,4 @@ def _persist_failed_fetch(engine: sa.Engine, view: _CardView, fetched: FetchResu
                          seen_locator=view.locator)
     report.completed += 1
     report.terminal += 1
+    return True

@@ -31,8 +31,14 @@ NO_SET_CODE_NO_MATCH = "no-set-code-no-match"
 BORDER_MISMATCH = "border-mismatch"
 FRAME_MISMATCH = "frame-mismatch"
 COPYRIGHT_YEAR_MISMATCH = "copyright-year-mismatch"
+WEAK_READING = "weak-reading"              # a bare number beside no set code read as printed: too little to vote on
+# A no-match vote needs a set code read as printed, confirmed, in a set the catalogue holds whole.
+SET_CODE_REPAIRED = "set-code-repaired"        # the code is known only after a look-alike repair
+SET_CODE_UNCONFIRMED = "set-code-unconfirmed"  # read as printed, but once and without a strong confidence
+SET_NOT_COMPLETE = "set-not-complete"          # the catalogue may lack printings of that set
 NO_ART_HASH = "no-art-hash"                # fallback: no art hash on the card or on any candidate
 ELIMINATED = "eliminated"                  # fallback: no candidate is near enough in art
+READINGS_DISAGREE = "readings-disagree"    # fallback: the art points away from what the collector line reads
 
 # Join-key outcomes that hand a card to the fallback (it could not place the card).
 JOIN_KEY_UNPLACED = frozenset(
@@ -40,5 +46,6 @@ JOIN_KEY_UNPLACED = frozenset(
         OUTCOME_NO_MATCH, NO_CANDIDATES, LOW_DPI, NO_TEXT, AMBIGUOUS, LANGUAGE_MISMATCH,
         UNKNOWN_SET_CODE, NUMBER_NOT_IN_SET, NO_SET_CODE_NO_MATCH, BORDER_MISMATCH,
         FRAME_MISMATCH, COPYRIGHT_YEAR_MISMATCH, TRUNCATED_IMAGE, UNREADABLE_IMAGE,
+        WEAK_READING, SET_CODE_REPAIRED, SET_CODE_UNCONFIRMED, SET_NOT_COMPLETE,
     }
 )

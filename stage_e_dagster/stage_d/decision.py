@@ -11,6 +11,10 @@ from .agents import OUTCOME_NO_MATCH, OUTCOME_VOTE
 
 ARTIST_MATCH_RATIO = 0.8
 BORDER_VOCABULARY = frozenset({"black", "white", "silver", "borderless", "gold"})
+# A border reading counts against a match only when Stage C is this sure it read the card itself
+# (its ``layout_confidence``; Stage C's own bar for "the quad is the card" is the same 0.5). Below
+# it, or with no confidence recorded, the reading may be the table, sleeve or top-loader.
+BORDER_VETO_CONFIDENCE = 0.5
 
 
 @dataclass(frozen=True)
@@ -53,6 +57,14 @@ def artist_ratio(read: str | None, printed: str | None) -> float | None:
 def border_known(value: str | None) -> str | None:
     value = (value or "").strip().lower()
     return value if value in BORDER_VOCABULARY else None
+
+
+def confident_border(evidence: Any) -> str | None:
+    """The border colour read on the card when Stage C is confident it is the card's; else None."""
+    confidence = getattr(evidence, "layout_confidence", None)
+    if confidence is None or confidence < BORDER_VETO_CONFIDENCE:
+        return None
+    return border_known(evidence.layout_class)
 
 
 def image_unreadable(evidence: Any) -> bool:

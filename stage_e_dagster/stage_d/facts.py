@@ -49,3 +49,27 @@ def load_printing_facts(session: Session, printing_ids: Iterable[int]) -> dict[i
                 frame=(frame or None), released_at=released, art_phash=art,
             )
     return facts
+
+
+def complete_set_codes(session: Session, codes: Iterable[str]) -> frozenset[str]:
+    """The set codes among ``codes`` whose every card the catalogue holds, so that "this set has no
+    printing of the name" can be believed.
+
+    A set is complete when the printings imported for it reach the card count Scryfall gives for
+    the set (``Expansion.card_count``, from Scryfall's sets data); a set without that count never is.
+    """
+    wanted = sorted({c.lower() for c in codes if c})
+    if not wanted:
+        return frozenset()
+    complete: set[str] = set()
+    for start in range(0, len(wanted), _IN_CHUNK):
+        rows = session.execute(
+            sa.select(Expansion.code)
+            .join(Printing, Printing.expansion_id == Expansion.id)
+            .where(sa.func.lower(Expansion.code).in_(wanted[start:start + _IN_CHUNK]),
+                   Expansion.card_count.is_not(None), Expansion.card_count > 0)
+            .group_by(Expansion.id, Expansion.code, Expansion.card_count)
+            .having(sa.func.count(sa.distinct(Printing.collector_number)) >= Expansion.card_count)
+        ).scalars()
+        complete.update(code.lower() for code in rows)
+    return frozenset(complete)

@@ -1,9 +1,10 @@
 """The fallback calculator, for cards the join key could not place: art hash plus sub-checks.
 
-Candidates are the printings of the card's name. Border colour and the artist credit narrow them
-when they give a reading (a reading that fits no candidate is treated as an OCR miss, not as a
-veto); the art perceptual hash then has to single out exactly one printing, near enough and by a
-clear margin over the next. It never votes no-match.
+Candidates are the printings of the card's name. A border colour read confidently on the card and
+the artist credit narrow them when they give a reading (a reading that fits no candidate is
+treated as an OCR miss, not as a veto); the art perceptual hash then has to single out exactly one
+printing, near enough and by a clear margin over the next, and must not contradict the printings
+the collector line reads as. It never votes no-match.
 """
 
 from __future__ import annotations
@@ -12,8 +13,18 @@ from typing import Any, Sequence
 
 from ..stage_c.hashing import hamming
 from . import agents as A
-from .decision import ARTIST_MATCH_RATIO, Decision, abstain, artist_ratio, border_known, unusable_evidence, vote
+from .decision import (
+    ARTIST_MATCH_RATIO,
+    Decision,
+    abstain,
+    artist_ratio,
+    border_known,
+    confident_border,
+    unusable_evidence,
+    vote,
+)
 from .facts import PrintingFacts
+from .names import normalize_collector_number
 
 ART_MAX_DISTANCE = 10      # of 64 bits: re-encoded, rescaled uploads of the same art stay well inside
 ART_MARGIN = 8             # the runner-up must be at least this much further away
@@ -28,7 +39,7 @@ def decide_fallback(evidence: Any, candidates: Sequence[PrintingFacts]) -> Decis
     readings = ["art"]
     plausible = list(candidates)
 
-    seen_border = border_known(evidence.layout_class)
+    seen_border = confident_border(evidence)
     if seen_border:
         if any(border_known(c.border_color) == seen_border for c in plausible):
             plausible = [c for c in plausible if border_known(c.border_color) in (seen_border, None)]
@@ -52,5 +63,18 @@ def decide_fallback(evidence: Any, candidates: Sequence[PrintingFacts]) -> Decis
         return abstain(A.ELIMINATED, **detail)
     if len(ranked) > 1 and ranked[1][0] - best_distance < ART_MARGIN:
         return abstain(A.AMBIGUOUS, **detail)
+    read_as = collector_line_points_to(evidence, candidates)
+    if read_as and best_id not in read_as:
+        return abstain(A.READINGS_DISAGREE, collector_line_printings=sorted(read_as), **detail)
     confidence = CONFIDENCE_SEVERAL_READINGS if len(readings) >= 2 else CONFIDENCE_ART_ONLY
     return vote(best_id, confidence, **detail)
+
+
+def collector_line_points_to(evidence: Any, candidates: Sequence[PrintingFacts]) -> set[int]:
+    """The candidates whose number (and set code, when read) the collector line reads; empty when it
+    reads none of them."""
+    number = normalize_collector_number(getattr(evidence, "collector_number", None))
+    if not number:
+        return set()
+    code = (getattr(evidence, "collector_set_code", None) or "").strip().lower() or None
+    return {c.id for c in candidates if c.number_key == number and (code is None or c.set_code == code)}

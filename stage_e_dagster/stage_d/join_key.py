@@ -1,9 +1,12 @@
 """The join-key calculator: (set code, collector number) within the printings of the card's name.
 
 Pure: it takes a card's stored evidence and its name-scoped candidates and returns a decision.
-A match must also pass the agreement checks (truncation, border colour, frame, copyright year);
-an artist disagreement keeps the vote at lower confidence. It votes no-match only when the read
-set code is a real set that holds no printing of this name; an unknown set code abstains.
+A vote needs a reading that stands on its own (a number printed in a collector form, or a set code
+read as printed) and must pass the agreement checks (truncation, a confidently read border colour,
+frame, a marked copyright year); an artist disagreement keeps the vote at lower confidence. A
+no-match vote needs more: a set code read as printed (no look-alike repair) and confirmed, in a
+set the catalogue holds completely, that has no printing of this name. Anything less abstains, and
+the slow path sends the card to a person.
 """
 
 from __future__ import annotations
@@ -17,12 +20,14 @@ from .decision import (
     abstain,
     artist_ratio,
     border_known,
+    confident_border,
     no_match,
     unusable_evidence,
     vote,
 )
 from .facts import PrintingFacts
 from .names import normalize_collector_number
+from .readings import read_collector, year_is_marked
 
 MIN_TRUSTED_DPI = 200
 COPYRIGHT_SLACK_YEARS = 2
@@ -35,9 +40,11 @@ CONFIDENCE_NO_MATCH = 0.6
 
 
 def decide_join_key(
-    evidence: Any, candidates: Sequence[PrintingFacts], lexicon: frozenset[str], dpi: int | None = None
+    evidence: Any, candidates: Sequence[PrintingFacts], lexicon: frozenset[str], dpi: int | None = None,
+    complete_sets: frozenset[str] = frozenset(),
 ) -> Decision:
-    """Decide one card. ``evidence`` is its current ImageEvidence (or anything with the same fields)."""
+    """Decide one card. ``evidence`` is its current ImageEvidence (or anything with the same fields);
+    ``complete_sets`` are the set codes whose every printing the catalogue holds (no-match needs one)."""
     unusable = unusable_evidence(evidence, candidates)
     if unusable is not None:
         return unusable
@@ -48,6 +55,9 @@ def decide_join_key(
         return abstain(A.NO_TEXT)
     set_code = (evidence.collector_set_code or "").strip().lower() or None
     read = {"set_code": set_code, "number": number}
+    reading = read_collector(evidence)
+    if not reading.number_in_collector_form and not (set_code and reading.set_code_as_printed):
+        return abstain(A.WEAK_READING, **read)
 
     hits = [c for c in candidates if c.number_key == number and (set_code is None or c.set_code == set_code)]
     lang = (evidence.collector_language or "").strip().lower() or None
@@ -67,9 +77,22 @@ def decide_join_key(
             return abstain(A.UNKNOWN_SET_CODE, **read)
         if any(c.set_code == set_code for c in candidates):
             return abstain(A.NUMBER_NOT_IN_SET, **read)
+        if not reading.set_code_as_printed:
+            return abstain(A.SET_CODE_REPAIRED, **read)
+        if not reading.set_code_confirmed:
+            return abstain(A.SET_CODE_UNCONFIRMED, confidence=reading.set_code_confidence, **read)
+        if not reading.number_in_collector_form:
+            return abstain(A.WEAK_READING, **read)
+        if set_code not in complete_sets:
+            return abstain(A.SET_NOT_COMPLETE, **read)
         return no_match(CONFIDENCE_NO_MATCH, **read)
     if len(hits) > 1:
-        return abstain(A.AMBIGUOUS, hits=[c.id for c in hits], **read)
+        # A border read confidently on the card may single one out; an unsure one never decides.
+        seen = confident_border(evidence)
+        by_border = [c for c in hits if seen and border_known(c.border_color) == seen]
+        if len(by_border) != 1:
+            return abstain(A.AMBIGUOUS, hits=[c.id for c in hits], **read)
+        hits = by_border
 
     printing = hits[0]
     failed = agreement_failure(evidence, printing)
@@ -83,15 +106,20 @@ def decide_join_key(
 
 
 def agreement_failure(evidence: Any, printing: PrintingFacts) -> str | None:
-    """The first agreement check the would-be match fails, or None when it passes them all."""
-    seen_border = border_known(evidence.layout_class)
+    """The first agreement check the would-be match fails, or None when it passes them all.
+
+    The border and the copyright year veto only when they were read with confidence: a border
+    reading off the card (a table, a sleeve) or a year not beside a copyright mark is recorded in
+    the evidence but is no reason to refuse a collector line that reads cleanly.
+    """
+    seen_border = confident_border(evidence)
     printed_border = border_known(printing.border_color)
     if seen_border and printed_border and seen_border != printed_border:
         return A.BORDER_MISMATCH
     # A parsed collector number means a modern bottom line; 1993/1997 frames print none this way.
     if printing.frame in OLD_FRAMES:
         return A.FRAME_MISMATCH
-    year = evidence.copyright_year
+    year = evidence.copyright_year if year_is_marked(evidence) else None
     if year and printing.released_at is not None and year < printing.released_at.year - COPYRIGHT_SLACK_YEARS:
         return A.COPYRIGHT_YEAR_MISMATCH
     return None

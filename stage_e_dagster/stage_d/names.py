@@ -11,13 +11,26 @@ _COPY_PREFIX = re.compile(r"^\s*copy of\s+", re.IGNORECASE)
 _JOINERS = re.compile(r"[-_/]+")
 _DROPPED = re.compile(r"[^\w\s]")
 _SPACES = re.compile(r"\s+")
+# Apostrophes vanish ("Fell Beast's" = "Fell Beasts"); every other punctuation mark becomes a space.
+_APOSTROPHES = dict.fromkeys(map(ord, "'’‘ʼ`"), None)
+# Latin letters that Unicode does not decompose into a base letter and an accent.
+_LATIN_LETTERS = str.maketrans({"æ": "ae", "œ": "oe", "ø": "o", "ł": "l", "đ": "d", "ı": "i", "þ": "th"})
+_LATIN_END = 0x250  # accents are dropped from Latin letters only: Japanese and Cyrillic marks are letters
 
 
 def normalize_name(name: str) -> str:
-    """Lower-case, accents and punctuation removed, single spaces: ``"Jötun Grunt"`` -> ``"jotun grunt"``."""
-    text = unicodedata.normalize("NFKD", name)
-    text = "".join(ch for ch in text if not unicodedata.combining(ch)).lower()
-    text = text.replace("’", "'").replace("'", "")
+    """Case-folded, Latin accents and punctuation removed, single spaces.
+
+    ``"Jötun Grunt"`` -> ``"jotun grunt"``, ``"Æther Vial"`` -> ``"aether vial"``,
+    ``"Straßenkämpfer"`` -> ``"strassenkampfer"``; printed names in other scripts keep their letters.
+    """
+    kept: list[str] = []
+    for ch in unicodedata.normalize("NFKD", name):
+        if unicodedata.combining(ch) and kept and ord(kept[-1][-1]) < _LATIN_END:
+            continue
+        kept.append(ch)
+    text = unicodedata.normalize("NFC", "".join(kept)).casefold().translate(_LATIN_LETTERS)
+    text = text.translate(_APOSTROPHES)
     text = _JOINERS.sub(" ", text)
     text = _DROPPED.sub(" ", text).replace("_", " ")
     return _SPACES.sub(" ", text).strip()

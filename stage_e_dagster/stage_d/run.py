@@ -21,7 +21,7 @@ from ..stage_c.current import current_evidence
 from . import agents as A
 from .consensus import recompute_consensus
 from .decision import Decision
-from .facts import load_printing_facts
+from .facts import complete_set_codes, load_printing_facts
 from .fallback import decide_fallback
 from .join_key import decide_join_key
 from .name_index import NameIndex, get_name_index
@@ -134,8 +134,10 @@ def _run_chunk(engine: sa.Engine, ids: list[int], run_id: str, index: NameIndex)
                 seen = markers.current
             return written, logged
 
+        complete = complete_set_codes(session, {ev.collector_set_code for ev in evidence.values()
+                                                if ev.collector_set_code})
         decisions = {
-            c.id: decide_join_key(evidence[c.id], candidates[c.id], index.lexicon, c.dpi)
+            c.id: decide_join_key(evidence[c.id], candidates[c.id], index.lexicon, c.dpi, complete)
             for c in work if (c.id, A.JOIN_KEY_AGENT) not in seen
         }
         written, logged = persist(A.JOIN_KEY_AGENT, decisions)

@@ -95,3 +95,17 @@ def test_sensor_history_bench_prints_a_ratio_per_sensor_on_sqlite() -> None:
 def test_sensor_history_bench_prints_a_ratio_per_sensor_on_postgres() -> None:
     out = run_bench("sensor_history.py", *SMALL_HISTORY, "--postgres")
     history_ratio_lines(out, "postgres")
+
+
+@pytest.mark.slow
+@pytest.mark.postgres
+def test_scale_bench_prints_its_ratio_lines() -> None:
+    out = run_bench("scale.py", "--smoke", timeout=900)
+    assert re.search(rf"^ratio cards/s per run worker / bulk --workers 1: {NUMBER}   \({NUMBER} vs {NUMBER} cards/s",
+                     out, re.M), out
+    fixed = rf"^per-run fixed cost: median {NUMBER} s  \(launch {NUMBER}, to first step {NUMBER}"
+    assert re.search(fixed, out, re.M), out
+    assert re.search(rf"^ratio sensor round, 1k runs \+ 1k partitions / 100 runs \+ 100 partitions: median {NUMBER}",
+                     out, re.M), out
+    assert re.search(rf"^ratio partitions after retention / batches finished within \d+ days: {NUMBER}", out, re.M), out
+    assert re.search(rf"^\[load\] start: {NUMBER} {NUMBER} {NUMBER}", out, re.M), out

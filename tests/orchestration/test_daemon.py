@@ -134,7 +134,7 @@ class Stack:
             if done():
                 return
             assert self.process is None or self.process.poll() is None, (
-                f"daemon exited; log:\n{self.log.read_text()[-3000:]}"
+                f"daemon exited with {self.process.returncode}; log:\n{self.log.read_text()[-3000:]}"
             )
             time.sleep(0.5)
         raise AssertionError(

@@ -7,7 +7,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from dagster import DagsterInstance, DefaultSensorStatus, Definitions, DynamicPartitionsDefinition
+from dagster import AssetKey, DagsterInstance, DefaultSensorStatus, Definitions, DynamicPartitionsDefinition
 from dagster._core.instance.ref import InstanceRef
 
 from stage_e_dagster.definitions import defs
@@ -18,8 +18,11 @@ def test_definitions_are_loadable_and_name_the_public_parts() -> None:
     Definitions.validate_loadable(defs)
     graph = defs.resolve_asset_graph()
     keys = {k.to_user_string() for k in graph.get_all_asset_keys()}
-    assert keys == {"stage_c_evidence", "stage_d_verdicts"}
-    for name in keys:
+    assert keys == {"stage_c_evidence", "stage_d_verdicts", "stage_e_envelope"}
+    assert graph.get(AssetKey("stage_e_envelope")).group_name == "stage_e"
+    assert {k.name for k in graph.asset_check_keys} == {"stage_c_batch_clean", "no_open_trip"}
+    assert defs.resolve_job_def("acknowledge_trip").executor_def.name == "in_process"
+    for name in keys - {"stage_e_envelope"}:
         node = graph.get(next(k for k in graph.get_all_asset_keys() if k.to_user_string() == name))
         assert node.group_name == "stage_e"
         assert isinstance(node.partitions_def, DynamicPartitionsDefinition)

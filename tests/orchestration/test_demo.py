@@ -1,4 +1,5 @@
-"""``stage-e demo``: the headless main job drains its corpus, and the UI mode starts and stops cleanly."""
+"""``stage-e demo``: the headless main job drains its corpus, and the UI mode starts, refuses a taken port and
+stops cleanly on SIGTERM and Ctrl-C."""
 
 from __future__ import annotations
 
@@ -14,8 +15,6 @@ from pathlib import Path
 import psutil
 import pytest
 
-pytestmark = pytest.mark.slow
-
 STAGE_E = str(Path(sys.executable).parent / "stage-e")
 
 
@@ -25,6 +24,7 @@ def _env(tmp_path: Path) -> dict[str, str]:
     return env
 
 
+@pytest.mark.slow
 def test_headless_demo_runs_until_idle_and_exits_zero(tmp_path: Path) -> None:
     result = subprocess.run(
         [STAGE_E, "demo", "--headless", "--until-idle", "--cards", "8", "--timeout", "240"],
@@ -45,6 +45,7 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
+@pytest.mark.slow
 def test_ui_demo_serves_the_ui_and_stops_on_sigterm(tmp_path: Path) -> None:
     port = _free_port()
     proc = subprocess.Popen(
@@ -74,3 +75,53 @@ def test_ui_demo_serves_the_ui_and_stops_on_sigterm(tmp_path: Path) -> None:
     finally:
         if proc.poll() is None:
             os.killpg(proc.pid, signal.SIGKILL)
+
+
+def test_ui_demo_on_a_taken_port_says_so_in_one_line_and_exits_1(tmp_path: Path) -> None:
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        result = subprocess.run([STAGE_E, "demo", "--port", str(port)], env=_env(tmp_path),
+                                capture_output=True, text=True, timeout=120)
+    assert result.returncode == 1, result.stdout + result.stderr
+    assert result.stderr.count("\n") == 1 and f"port {port} on 127.0.0.1 is already in use" in result.stderr
+    assert result.stdout == ""  # refused before seeding or printing a URL
+    assert not (tmp_path / "state" / "demo-corpus").exists()
+
+
+def _wait_for_ui(proc: subprocess.Popen[bytes], port: int, timeout_s: float) -> None:
+    deadline = time.monotonic() + timeout_s
+    while True:
+        try:
+            with urllib.request.urlopen(f"http://127.0.0.1:{port}/server_info", timeout=2) as response:
+                assert response.status == 200
+                return
+        except OSError:
+            assert proc.poll() is None, "the demo exited before its UI came up"
+            assert time.monotonic() < deadline, "the UI did not come up"
+            time.sleep(1)
+
+
+@pytest.mark.slow
+def test_ui_demo_stops_every_child_on_ctrl_c_without_a_traceback(tmp_path: Path) -> None:
+    port = _free_port()
+    log = tmp_path / "demo.log"
+    with open(log, "wb") as out:
+        proc = subprocess.Popen([STAGE_E, "demo", "--cards", "4", "--port", str(port)], env=_env(tmp_path),
+                                stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
+    try:
+        _wait_for_ui(proc, port, 300)
+        children = psutil.Process(proc.pid).children(recursive=True)
+        names = " ".join(" ".join(c.cmdline()) for c in children)
+        assert "dagster_webserver" in names and "dagster._daemon" in names and "code-server" in names, names
+        proc.send_signal(signal.SIGINT)  # what Ctrl-C sends to the foreground process
+        assert proc.wait(timeout=180) == 0
+        gone, alive = psutil.wait_procs(children, timeout=10)
+        assert alive == [], [p.cmdline() for p in alive]
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+    output = log.read_text(errors="replace")
+    assert "Traceback" not in output, output[-4000:]
+    assert "dagster dev stopped" in output

@@ -11,15 +11,17 @@ import time
 
 import pytest
 import sqlalchemy as sa
-from dagster import SensorResult
+from dagster import AssetKey, SensorResult
 
 from stage_e_dagster.catalog import models
 from stage_e_dagster.catalog.engine import session_scope
 from stage_e_dagster.catalog.models import Card, EnvelopeTrip, FetchOutcome, ImageEvidence, MicroBatch
+from stage_e_dagster.definitions import defs
 from stage_e_dagster.defs.hold import pool_limit
 from stage_e_dagster.defs.tags import DISPATCH_POOL
 from stage_e_dagster.envelope.trips import acknowledge_trip, open_trip
 from stage_e_dagster.stage_c.manifest import MANIFEST_VERSIONS
+from stage_e_dagster.stage_c.run import FETCH_AHEAD
 
 from .conftest import ImageServer, Pipeline
 from .test_streaming import counts, skip_text
@@ -147,7 +149,8 @@ def test_a_second_run_of_a_finished_batch_refuses_without_fetching_or_touching_i
     assert pipeline.run(request.partition_key, tags=dict(request.tags)).success
     fetched = list(image_server.requests)
     again = pipeline.run(request.partition_key, tags=dict(request.tags))
-    assert not again.success and image_server.requests == fetched
+    assert again.success and image_server.requests == fetched  # refused: no work, no error
+    assert not again.asset_materializations_for_node("stage_c_evidence")
     done = batch(pipeline, request.partition_key)
     assert done.status == "succeeded" and done.failure_reason is None and done.run_id != again.run_id
     run = pipeline.instance.get_run_by_id(again.run_id)
@@ -203,6 +206,11 @@ def _two_failed_runs(pipeline: Pipeline, monkeypatch) -> list:
     return [(r.partition_key, o.run_id) for r, o in zip(requests, outcomes)]
 
 
+def ledger_events(result: SensorResult) -> list:
+    """The tick's ledger entries, without the envelope's own observation and check."""
+    return [e for e in result.asset_events if e.asset_key != AssetKey("stage_e_envelope")]
+
+
 def test_a_run_end_committed_after_a_newer_one_was_read_is_still_settled(pipeline: Pipeline, monkeypatch) -> None:
     ended = _two_failed_runs(pipeline, monkeypatch)
     records = {r.dagster_run.run_id: r.update_timestamp.timestamp() for r in pipeline.instance.get_run_records()}
@@ -210,13 +218,13 @@ def test_a_run_end_committed_after_a_newer_one_was_read_is_still_settled(pipelin
     # The sensor has already read a run end 30 s newer than both (its transaction committed first).
     pipeline.cursors["envelope_trip_sensor"] = json.dumps({"ts": newest + 30, "ids": ["a-newer-run"], "seen": {}})
     result = pipeline.tick("envelope_trip_sensor")
-    settled = {event.partition for event in result.asset_events}
+    settled = {event.partition for event in ledger_events(result)}
     assert settled == {key for key, _ in ended}
     for key, run_id in ended:
         assert batch(pipeline, key).status == "failed" and batch(pipeline, key).run_id == run_id
         assert batch(pipeline, key + "-r2").status == "pending"
     # Read again in the next tick's overlap window: settled once, no second ledger entry.
-    assert pipeline.tick("envelope_trip_sensor").asset_events == []
+    assert ledger_events(pipeline.tick("envelope_trip_sensor")) == []
 
 
 def test_the_dispatch_sensor_settles_run_ends_the_envelope_sensor_never_read(pipeline: Pipeline, monkeypatch) -> None:
@@ -256,7 +264,10 @@ def test_a_lockout_stops_the_other_run_in_flight_at_its_next_card(
     worker.join(timeout=300)
     assert outcome["r"].success
     fetched = [name for name in image_server.requests if name in {images[c] for c in other_cards}]
-    assert len(fetched) <= 2, fetched  # the card in hand, at most the next: never the 403 cards
+    # The card in hand and at most FETCH_AHEAD fetched ahead of it (how far the thread got depends
+    # on how long the card in hand took): never a card beyond those.
+    in_reach = [images[c] for c in other_cards[:1 + FETCH_AHEAD]]
+    assert fetched and set(fetched) <= set(in_reach), (fetched, in_reach)
     with session_scope(pipeline.engine) as session:
         trips = session.execute(sa.select(EnvelopeTrip.trip_id)).scalars().all()
     assert trips == [trip_id]
@@ -303,3 +314,34 @@ def test_a_pool_whose_limit_was_deleted_gets_the_setting_again(pipeline: Pipelin
         session.execute(sa.text("DELETE FROM card_claims"))
     assert requests_of(pipeline.tick("card_created_sensor"))
     assert pool_limit(pipeline.instance) == 2
+
+
+# 8. An attempt is spent only by a run that took its batch ---------------------------------------
+
+
+def _fail_at_launch(pipeline: Pipeline, partition_key: str, tags: dict[str, str]) -> str:
+    """A run the queue could not launch (the code server was down): created for the batch, then marked
+    failed from outside, as Dagster's run queue does, without a line of our code having run."""
+    job = defs.resolve_job_def("stage_e_dispatch")
+    run = pipeline.instance.create_run_for_job(
+        job,
+        tags={**tags, "dagster/partition": partition_key},
+        asset_selection=frozenset(job.asset_layer.executable_asset_keys),
+    )
+    pipeline.instance.report_run_failed(run, "Caught an unrecoverable error while dequeuing the run: UNAVAILABLE")
+    return run.run_id
+
+
+def test_a_run_that_failed_before_taking_its_batch_spends_no_attempt(pipeline: Pipeline) -> None:
+    [request, *_] = requests_of(pipeline.tick("card_created_sensor"))
+    key = request.partition_key
+    for number in (2, 3, 4, 5):  # longer than the attempts allowed: no card may be parked for it
+        _fail_at_launch(pipeline, key, dict(request.tags))
+        pipeline.tick("envelope_trip_sensor")
+        assert batch(pipeline, key).status == "pending" and batch(pipeline, key).attempt == 1
+        again = [r for r in requests_of(pipeline.tick("card_created_sensor")) if r.partition_key == key]
+        assert [r.run_key for r in again] == [f"{key}@{number}"]
+    assert pipeline.run(key, tags=dict(again[0].tags)).success
+    assert batch(pipeline, key).status == "succeeded"
+    with session_scope(pipeline.engine) as session:
+        assert session.execute(sa.select(MicroBatch).where(MicroBatch.batch_key.like(f"{key}-r%"))).first() is None

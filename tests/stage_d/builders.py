@@ -57,13 +57,36 @@ class CatalogueBuilder:
             return card.id
 
 
+def printed_collector_text(set_code: str | None, number: str | None) -> str | None:
+    """The bottom-line text Stage C would have stored for a clean read of this set code and number."""
+    if number is None:
+        return None
+    return f"{number}/281 C\n{set_code.upper()} \u2022 EN" if set_code else f"{number}/281 C"
+
+
+def printed_word_boxes(text: str | None, conf: float = 96.0) -> list[dict[str, Any]] | None:
+    """Word boxes of that text, each read with ``conf``."""
+    if text is None:
+        return None
+    return [{"text": word, "left": 10 * i, "top": 0, "width": 9, "height": 9, "conf": conf}
+            for i, word in enumerate(text.split())]
+
+
 def make_evidence(card_id: int, content_hash: str, **fields: Any) -> ImageEvidence:
+    """An evidence row; the raw text and word boxes default to a clean, confident read of the
+    given set code and number, and the border to one read confidently on the card."""
     values: dict[str, Any] = {
         "fetch_ok": True, "terminal": False, "is_truncated": False, "layout_class": "black",
+        "layout_confidence": 0.9,
         "bleed_class": "trimmed", "collector_set_code": None, "collector_number": None,
         "collector_language": None, "artist_name": None, "illus_anchor_fired": False,
         "copyright_year": None, "proxy_marker": False, "art_phash": None, "symbol_phash": None,
     }
     values.update(fields)
+    if "collector_line_raw_text" not in fields:
+        values["collector_line_raw_text"] = printed_collector_text(values["collector_set_code"],
+                                                                  values["collector_number"])
+    if "collector_word_boxes" not in fields:
+        values["collector_word_boxes"] = printed_word_boxes(values["collector_line_raw_text"])
     return ImageEvidence(card_id=card_id, content_hash=content_hash, extractor_versions=dict(MANIFEST_VERSIONS),
                          skip_reasons={}, writer="test", **values)

@@ -19,8 +19,8 @@ def flip(value: int, bits: int) -> int:
 
 
 def ev(**fields: Any) -> SimpleNamespace:
-    base = dict(terminal=False, fetch_ok=True, is_truncated=False, layout_class="black", artist_name=None,
-                art_phash=flip(ART, 3))
+    base = dict(terminal=False, fetch_ok=True, is_truncated=False, layout_class="black", layout_confidence=0.9,
+                artist_name=None, art_phash=flip(ART, 3), collector_set_code=None, collector_number=None)
     base.update(fields)
     return SimpleNamespace(**base)
 
@@ -64,3 +64,22 @@ def test_missing_hashes_and_bad_images_abstain() -> None:
     assert decide_fallback(ev(is_truncated=True), [pf(1, ART)]).reason == A.TRUNCATED_IMAGE
     assert decide_fallback(ev(terminal=True), [pf(1, ART)]).reason == A.UNREADABLE_IMAGE
     assert decide_fallback(ev(), []).reason == A.NO_CANDIDATES
+
+
+def test_an_unsure_border_reading_narrows_nothing() -> None:
+    # Read off the background: "borderless" would single out printing 2, but it is not the card's border.
+    d = decide_fallback(ev(layout_class="borderless", layout_confidence=0.2),
+                        [pf(1, ART), pf(2, ART, border="borderless")])
+    assert d.reason == A.AMBIGUOUS
+    d = decide_fallback(ev(layout_class="borderless", layout_confidence=None),
+                        [pf(1, ART), pf(2, flip(ART, 30), border="borderless")])
+    assert (d.kind, d.printing_id, d.confidence) == ("vote", 1, 0.7)
+
+
+def test_art_that_contradicts_the_collector_line_abstains() -> None:
+    # The collector line reads printing 2's number; the art is printing 1's: the readings disagree.
+    d = decide_fallback(ev(collector_number="2"), [pf(1, ART), pf(2, flip(ART, 30))])
+    assert (d.kind, d.reason) == ("abstain", A.READINGS_DISAGREE)
+    # A line that reads no candidate's number (an OCR miss) does not stand in the way.
+    d = decide_fallback(ev(collector_number="77"), [pf(1, ART), pf(2, flip(ART, 30))])
+    assert (d.kind, d.printing_id) == ("vote", 1)

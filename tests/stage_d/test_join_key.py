@@ -10,14 +10,22 @@ from stage_e_dagster.stage_d import agents as A
 from stage_e_dagster.stage_d.facts import PrintingFacts
 from stage_e_dagster.stage_d.join_key import decide_join_key
 
+from .builders import printed_collector_text, printed_word_boxes
+
 LEXICON = frozenset({"dmu", "fdn", "lea", "m10"})
+COMPLETE = frozenset({"lea", "m10"})
 
 
 def ev(**fields: Any) -> SimpleNamespace:
-    base = dict(terminal=False, fetch_ok=True, is_truncated=False, layout_class="black", collector_set_code="dmu",
-                collector_number="041", collector_language=None, artist_name=None, copyright_year=None,
-                illus_anchor_fired=False)
+    """Evidence of a clean, confident read (raw text and word boxes follow the set code and number)."""
+    base = dict(terminal=False, fetch_ok=True, is_truncated=False, layout_class="black", layout_confidence=0.9,
+                collector_set_code="dmu", collector_number="041", collector_language=None, artist_name=None,
+                copyright_year=None, legal_raw_text=None, illus_anchor_fired=False)
     base.update(fields)
+    if "collector_line_raw_text" not in fields:
+        base["collector_line_raw_text"] = printed_collector_text(base["collector_set_code"], base["collector_number"])
+    if "collector_word_boxes" not in fields:
+        base["collector_word_boxes"] = printed_word_boxes(base["collector_line_raw_text"])
     return SimpleNamespace(**base)
 
 
@@ -50,7 +58,7 @@ def test_language_picks_the_printing_and_a_mismatch_abstains() -> None:
 
 
 def test_no_match_only_for_a_known_set_without_the_name() -> None:
-    d = decide_join_key(ev(collector_set_code="lea"), [DMU_41], LEXICON)
+    d = decide_join_key(ev(collector_set_code="lea"), [DMU_41], LEXICON, complete_sets=COMPLETE)
     assert (d.kind, d.printing_id, d.confidence) == ("no-match", None, 0.6)
     assert decide_join_key(ev(collector_set_code="zzq"), [DMU_41], LEXICON).reason == A.UNKNOWN_SET_CODE
     assert decide_join_key(ev(collector_number="42"), [DMU_41], LEXICON).reason == A.NUMBER_NOT_IN_SET
@@ -62,8 +70,10 @@ def test_agreement_checks_abstain_with_named_reasons() -> None:
     assert decide_join_key(ev(is_truncated=True), [DMU_41], LEXICON).reason == A.TRUNCATED_IMAGE
     assert decide_join_key(ev(layout_class="white"), [DMU_41], LEXICON).reason == A.BORDER_MISMATCH
     assert decide_join_key(ev(), [pf(1, "dmu", "41", frame="1997")], LEXICON).reason == A.FRAME_MISMATCH
-    assert decide_join_key(ev(copyright_year=2019), [DMU_41], LEXICON).reason == A.COPYRIGHT_YEAR_MISMATCH
-    assert decide_join_key(ev(copyright_year=2020), [DMU_41], LEXICON).kind == "vote"  # within two years
+    marked = "\u00a9 2019 Wizards of the Coast"
+    assert decide_join_key(ev(copyright_year=2019, legal_raw_text=marked), [DMU_41], LEXICON).reason == \
+        A.COPYRIGHT_YEAR_MISMATCH
+    assert decide_join_key(ev(copyright_year=2020, legal_raw_text="\u00a9 2020"), [DMU_41], LEXICON).kind == "vote"
     assert decide_join_key(ev(layout_class=""), [DMU_41], LEXICON).kind == "vote"     # no reading, no veto
 
 
@@ -78,3 +88,72 @@ def test_unusable_inputs_abstain() -> None:
     assert decide_join_key(ev(collector_number=None), [DMU_41], LEXICON).reason == A.NO_TEXT
     assert decide_join_key(ev(), [DMU_41], LEXICON, dpi=150).reason == A.LOW_DPI
     assert decide_join_key(ev(), [DMU_41], LEXICON, dpi=None).kind == "vote"
+
+
+# Safe votes (issue 11): a no-match needs a set code read as printed, confirmed, in a complete set.
+
+def test_no_match_refused_on_a_repaired_set_code() -> None:
+    # Stage C read "LFA" and repaired it to "lea" through the look-alike table.
+    repaired = ev(collector_set_code="lea", collector_line_raw_text="041/281 C\nLFA \u2022 EN")
+    d = decide_join_key(repaired, [DMU_41], LEXICON, complete_sets=COMPLETE)
+    assert (d.kind, d.reason) == ("abstain", A.SET_CODE_REPAIRED)
+
+
+def test_no_match_refused_on_an_unconfirmed_set_code() -> None:
+    text = printed_collector_text("lea", "041")
+    weak = ev(collector_set_code="lea", collector_word_boxes=printed_word_boxes(text, conf=61.0))
+    d = decide_join_key(weak, [DMU_41], LEXICON, complete_sets=COMPLETE)
+    assert (d.kind, d.reason) == ("abstain", A.SET_CODE_UNCONFIRMED)
+
+
+def test_no_match_refused_in_a_set_the_catalogue_may_hold_only_in_part() -> None:
+    d = decide_join_key(ev(collector_set_code="lea"), [DMU_41], LEXICON, complete_sets=frozenset({"m10"}))
+    assert (d.kind, d.reason) == ("abstain", A.SET_NOT_COMPLETE)
+    assert decide_join_key(ev(collector_set_code="lea"), [DMU_41], LEXICON).reason == A.SET_NOT_COMPLETE
+
+
+def test_no_match_refused_on_a_bare_number() -> None:
+    bare = ev(collector_set_code="lea", collector_number="6", collector_line_raw_text="SATU 6 ebro\nLEA \u2022 EN")
+    d = decide_join_key(bare, [DMU_41], LEXICON, complete_sets=COMPLETE)
+    assert (d.kind, d.reason) == ("abstain", A.WEAK_READING)
+
+
+def test_bare_number_without_a_printed_set_code_never_votes() -> None:
+    # Junk from the frame edge: a lone "41" and no set code; the name has a printing numbered 41.
+    junk = ev(collector_set_code=None, collector_line_raw_text="SATU Tene 41 WA")
+    assert decide_join_key(junk, [DMU_41], LEXICON).reason == A.WEAK_READING
+    # The same bare number beside a set code read as printed is a join key that agrees.
+    beside_code = ev(collector_line_raw_text="41\nDMU \u2022 EN")
+    assert decide_join_key(beside_code, [DMU_41], LEXICON).kind == "vote"
+
+
+def test_glued_and_copyright_line_numbers_count_as_collector_form() -> None:
+    glued = ev(collector_set_code=None, collector_number="74", collector_line_raw_text="t74/274 C")
+    assert decide_join_key(glued, [pf(7, "dmu", "74")], LEXICON).printing_id == 7
+    old = ev(collector_set_code=None, collector_number="68",
+             collector_line_raw_text="TM & \u00a9 1993-2012 Wizards of the Coast LLC 68/244")
+    assert decide_join_key(old, [pf(8, "avr", "68", frame="2003")], LEXICON).printing_id == 8
+
+
+def test_unsure_border_reading_is_no_veto() -> None:
+    for unsure in (dict(layout_confidence=0.2), dict(layout_confidence=None)):
+        d = decide_join_key(ev(layout_class="white", **unsure), [DMU_41], LEXICON)
+        assert (d.kind, d.printing_id) == ("vote", 1), unsure
+    assert decide_join_key(ev(layout_class="white", layout_confidence=0.5), [DMU_41], LEXICON).reason == \
+        A.BORDER_MISMATCH
+
+
+def test_confident_border_breaks_a_tie_and_an_unsure_one_does_not() -> None:
+    white = pf(9, "fdn", "41", border="white")
+    number_only = dict(collector_set_code=None)
+    d = decide_join_key(ev(layout_class="white", **number_only), [DMU_41, white], LEXICON)
+    assert (d.kind, d.printing_id) == ("vote", 9)
+    d = decide_join_key(ev(layout_class="white", layout_confidence=0.3, **number_only), [DMU_41, white], LEXICON)
+    assert d.reason == A.AMBIGUOUS
+
+
+def test_a_stray_year_is_no_veto() -> None:
+    stray = ev(copyright_year=2000, legal_raw_text="DAARKEN MA 2000 Wizards of the Coast")
+    assert decide_join_key(stray, [DMU_41], LEXICON).kind == "vote"
+    ranged = ev(copyright_year=2012, legal_raw_text="TM & \u00a9 1993-2012 Wizards of the Coast LLC")
+    assert decide_join_key(ranged, [pf(8, "dmu", "41", released=date(2012, 5, 4))], LEXICON).kind == "vote"

@@ -44,6 +44,7 @@ def build_scene(engine: sa.Engine) -> dict[str, int]:
     }
     b.expansion("m10")
     ids["match"] = b.card("Tithe Taker (1).png", evidence=dict(collector_set_code="dmu", collector_number="041"))
+    # m10 holds no Tithe Taker, but the catalogue cannot say it holds all of m10: no no-match vote.
     ids["no_match"] = b.card("Tithe Taker", evidence=dict(collector_set_code="m10", collector_number="7"))
     ids["art"] = b.card("Old Wall", evidence=dict(illus_anchor_fired=True, art_phash=0x1234_5678_9ABC_DEF1))
     ids["review"] = b.card("Tithe Taker", evidence=dict(collector_set_code="zzz", collector_number="41"))
@@ -58,13 +59,12 @@ def test_calculators_vote_abstain_and_route(engine: sa.Engine) -> None:
     report = run_stage_d(engine, None, run_id="run-1")
 
     assert report.cards_considered == 4
-    # The no-match card is unplaced too: the fallback cannot place it either, so it goes to review.
-    assert (report.join_key_votes, report.fallback_votes, report.slow_path_routed) == (2, 1, 2)
-    assert report.abstentions == 6  # every scan-log row, the two review routes included
+    # The would-be no-match card is unplaced too: the fallback cannot place it either, so it goes to review.
+    assert (report.join_key_votes, report.fallback_votes, report.slow_path_routed) == (1, 1, 2)
+    assert report.abstentions == 7  # every scan-log row, the two review routes included
     assert report.consensus_changed == 0  # machine votes alone resolve nothing
     assert votes(engine) == sorted([
         (ids["match"], A.JOIN_KEY_AGENT, ids["dmu"], False, "ocr"),
-        (ids["no_match"], A.JOIN_KEY_AGENT, None, True, "ocr"),
         (ids["art"], A.FALLBACK_AGENT, ids["old"], False, "ocr"),
     ])
     assert reasons(engine) == sorted([
@@ -72,6 +72,7 @@ def test_calculators_vote_abstain_and_route(engine: sa.Engine) -> None:
         (ids["review"], A.JOIN_KEY_AGENT, A.UNKNOWN_SET_CODE),
         (ids["review"], A.FALLBACK_AGENT, A.NO_ART_HASH),
         (ids["review"], A.SLOW_PATH_AGENT, A.OUTCOME_TO_REVIEW),
+        (ids["no_match"], A.JOIN_KEY_AGENT, A.SET_NOT_COMPLETE),
         (ids["no_match"], A.FALLBACK_AGENT, A.NO_ART_HASH),
         (ids["no_match"], A.SLOW_PATH_AGENT, A.OUTCOME_TO_REVIEW),
     ])

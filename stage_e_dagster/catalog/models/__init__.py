@@ -5,6 +5,7 @@ from .cards import CARD_TYPES, PRINTING_STATUSES, Card
 from .dispatch import BATCH_STATUSES, CardClaim, ManifestRollout, MicroBatch, PoolControl, SweepCursor
 from .envelope import FETCH_OUTCOMES, TRIP_BARS, EnvelopeTrip, FetchOutcome, FetchPacer
 from .evidence import ImageEvidence
+from .heartbeats import SensorHeartbeat
 from .passes import StageDPass
 from .votes import VOTE_SOURCES, PrintingVote, ScanLog
 
@@ -28,6 +29,7 @@ __all__ = [
     "Printing",
     "PrintingVote",
     "ScanLog",
+    "SensorHeartbeat",
     "StageDPass",
     "SweepCursor",
 ]

@@ -20,6 +20,9 @@ class Expansion(Base):
     name: Mapped[str] = mapped_column(sa.String(200))
     released_at: Mapped[date | None] = mapped_column(sa.Date)
     scryfall_id: Mapped[str | None] = mapped_column(sa.String(36), unique=True)
+    card_count: Mapped[int | None] = mapped_column(
+        sa.Integer, comment="Scryfall's card_count for the set; NULL when not imported"
+    )
 
     printings: Mapped[list["Printing"]] = relationship(back_populates="expansion")
 
@@ -35,6 +38,14 @@ class Printing(Base):
     expansion_id: Mapped[int] = mapped_column(sa.ForeignKey("expansions.id", ondelete="CASCADE"))
     name: Mapped[str] = mapped_column(sa.String(300), comment="double-faced cards as 'Front // Back'")
     normalized_name: Mapped[str] = mapped_column(sa.String(300), index=True)
+    # Uploads are named after what is printed on the card, which for a German or French printing is
+    # not the English ``name``; Stage D's name index files the printing under these too.
+    printed_name: Mapped[str | None] = mapped_column(
+        sa.String(300), comment="the name as printed in this printing's language (Scryfall printed_name)")
+    face_names: Mapped[list[str] | None] = mapped_column(
+        sa.JSON, comment="card_faces[].name of a multi-face printing, front first")
+    printed_face_names: Mapped[list[str] | None] = mapped_column(
+        sa.JSON, comment="card_faces[].printed_name of a multi-face printing, front first")
     collector_number: Mapped[str] = mapped_column(sa.String(16))
     lang: Mapped[str] = mapped_column(sa.String(8), default="en")
     artist: Mapped[str | None] = mapped_column(sa.String(200))

@@ -37,12 +37,24 @@ class ImageEvidence(Base):
     byte_size: Mapped[int | None] = mapped_column(sa.Integer)
     md5: Mapped[str | None] = mapped_column(sa.String(32))
     sha256: Mapped[str | None] = mapped_column(sa.String(64), index=True)
+    # card_localisation
+    card_quad: Mapped[list[Any] | None] = mapped_column(
+        sa.JSON, comment="card corners in source pixels, [[x, y] x4], clockwise from its top-left")
+    localisation_confidence: Mapped[float | None] = mapped_column(
+        sa.Float, comment="0..1: how sure Stage C is that the quad is the card")
+    localisation_rotation: Mapped[int | None] = mapped_column(
+        sa.Integer, comment="quarter turns applied to make the card upright: 0, 90, 180 or 270 degrees")
+    localisation_tilt_deg: Mapped[float | None] = mapped_column(
+        sa.Float, comment="small tilt of the card in the source, degrees")
+    localisation_method: Mapped[str | None] = mapped_column(sa.String(16), comment="whole-image, contour or fallback")
     # geometry_bleed, layout_class
     width: Mapped[int | None] = mapped_column(sa.Integer)
     height: Mapped[int | None] = mapped_column(sa.Integer)
     aspect_ratio: Mapped[float | None] = mapped_column(sa.Float)
     bleed_class: Mapped[str | None] = mapped_column(sa.String(16))
     layout_class: Mapped[str | None] = mapped_column(sa.String(16))
+    layout_confidence: Mapped[float | None] = mapped_column(
+        sa.Float, comment="0..1: below the bar the border / layout reading is not a veto")
     # crop_coordinates and the symbol / legal boxes: {"collector": [l, t, r, b], ...}
     crops: Mapped[dict[str, Any] | None] = mapped_column(sa.JSON)
     # collector_line_ocr, collector_line_word_boxes

@@ -5,6 +5,7 @@ Ships stopped; start it in the UI or with ``dagster sensor start backstop_sweep_
 
 from dagster import DefaultSensorStatus, SensorEvaluationContext, SkipReason, sensor
 
+from ..heartbeat import beat
 from ..resources import StageEResource
 from ..sweep import SweepRefused, launch_sweep
 
@@ -18,6 +19,7 @@ SWEEP_MAX_BATCHES = 400
     description="Daily backstop: walks the whole backlog and launches it as one backfill of micro-batches.",
 )
 def backstop_sweep_sensor(context: SensorEvaluationContext, stage_e: StageEResource) -> SkipReason:
+    beat(context, stage_e, sensor_name="backstop_sweep_sensor", interval_s=DAY)
     try:
         launch = launch_sweep(
             context.instance, context.repository_def.asset_graph, stage_e.settings(), max_batches=SWEEP_MAX_BATCHES

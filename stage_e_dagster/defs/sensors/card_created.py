@@ -11,14 +11,17 @@ state-based Stage C backlog, which every tick fills from.
 from dagster import DefaultSensorStatus, SensorEvaluationContext, SensorResult, SkipReason, sensor
 
 from ...catalog.backlog import STAGE_C_PENDING
+from ..heartbeat import beat
 from ..jobs import stage_e_dispatch
 from ..resources import StageEResource
 from .dispatching import dispatch_tick
 
+INTERVAL_S = 5
+
 
 @sensor(
     job=stage_e_dispatch,
-    minimum_interval_seconds=5,
+    minimum_interval_seconds=INTERVAL_S,
     default_status=DefaultSensorStatus.RUNNING,
     description=(
         "Batches new cards (then the Stage C backlog) into micro-batch runs and keeps batches in flight honest. "
@@ -26,6 +29,7 @@ from .dispatching import dispatch_tick
     ),
 )
 def card_created_sensor(context: SensorEvaluationContext, stage_e: StageEResource) -> SensorResult | SkipReason:
+    beat(context, stage_e, sensor_name="card_created_sensor", interval_s=INTERVAL_S)
     return dispatch_tick(
         context, stage_e, predicate=STAGE_C_PENDING, trigger_reason="card-created", owns_reconcile=True, use_cursor=True
     )

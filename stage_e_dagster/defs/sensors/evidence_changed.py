@@ -8,18 +8,22 @@ live batch is not eligible, which is what keeps the dispatcher's own writes from
 from dagster import DefaultSensorStatus, SensorEvaluationContext, SensorResult, SkipReason, sensor
 
 from ...catalog.backlog import STAGE_D_PENDING
+from ..heartbeat import beat
 from ..jobs import stage_e_dispatch
 from ..resources import StageEResource
 from .dispatching import dispatch_tick
 
+INTERVAL_S = 5
+
 
 @sensor(
     job=stage_e_dispatch,
-    minimum_interval_seconds=5,
+    minimum_interval_seconds=INTERVAL_S,
     default_status=DefaultSensorStatus.RUNNING,
     description="Runs Stage D again for unclaimed cards whose evidence changed since their last Stage D pass.",
 )
 def evidence_changed_sensor(context: SensorEvaluationContext, stage_e: StageEResource) -> SensorResult | SkipReason:
+    beat(context, stage_e, sensor_name="evidence_changed_sensor", interval_s=INTERVAL_S)
     return dispatch_tick(
         context,
         stage_e,

@@ -3,8 +3,10 @@
 Each tick looks at no more than ``BATCHES_PER_TICK`` finished batches older than
 ``STAGE_E_RETENTION_DAYS``: those whose partition still exists get a delete request, those whose
 partition is already gone lose their catalogue row, so a batch takes two ticks and a failed
-tick never orphans a partition. It ticks every minute so that a steady tick holds only the
-minute's newly expired batches, while a backlog clears at 250 batches a minute (360,000 a day),
+tick never orphans a partition. Abandoned batches lose their partition sooner, a minute after no
+run of theirs is going (``defs.abandoned``; the cursor is where that pass goes on). It ticks
+every minute so that a steady tick holds only the minute's newly expired batches, while a
+backlog clears at 250 batches a minute (360,000 a day),
 ten times what dispatch finishes at the default cap (two runs per five-second tick, ~35,000 a day),
 so a busy week past the cutoff is gone within a day.
 """
@@ -19,6 +21,8 @@ from ...catalog.base import utcnow
 from ...catalog.engine import session_scope
 from ...dispatch.guard import FLAG_OFF
 from ...envelope.fetch_window import prune_fetch_outcomes
+from ..abandoned import abandoned_partitions, dump_cursor, load_cursor
+from ..heartbeat import beat
 from ..partitions import micro_batches
 from ..resources import StageEResource
 from ..retention import expired_batches, forget_batches
@@ -35,6 +39,7 @@ FETCH_WINDOWS_KEPT = 2
     description="Deletes finished micro-batches past STAGE_E_RETENTION_DAYS (partition, then row), old fetch outcomes.",
 )
 def retention_sensor(context: SensorEvaluationContext, stage_e: StageEResource) -> SensorResult:
+    beat(context, stage_e, sensor_name="retention_sensor", interval_s=INTERVAL_S)
     settings = stage_e.settings()
     if not settings.streaming_enabled:
         return SensorResult(skip_reason=FLAG_OFF)
@@ -44,11 +49,16 @@ def retention_sensor(context: SensorEvaluationContext, stage_e: StageEResource) 
         expired = expired_batches(session, context.instance, finished_before=cutoff, limit=BATCHES_PER_TICK)
         forgotten = forget_batches(session, expired.unpartitioned)
         pruned = prune_fetch_outcomes(session, keep)
+        abandoned = abandoned_partitions(
+            session, context.instance, after=load_cursor(context.cursor), now=utcnow(), limit=BATCHES_PER_TICK
+        )
     summary = (
         f"finished batches older than {settings.retention_days} day(s): "
         f"requested deletion of {len(expired.partitioned)} partition(s), "
         f"deleted {forgotten} batch row(s) whose partition was gone; "
-        f"pruned {pruned} fetch outcome(s) (kept the newest {keep})"
+        f"pruned {pruned} fetch outcome(s) (kept the newest {keep}); "
+        f"requested deletion of {len(abandoned.delete)} abandoned batch partition(s)"
     )
-    requests = [micro_batches.build_delete_request(expired.partitioned)] if expired.partitioned else []
-    return SensorResult(skip_reason=summary, dynamic_partitions_requests=requests)
+    doomed = list(dict.fromkeys(expired.partitioned + abandoned.delete))
+    requests = [micro_batches.build_delete_request(doomed)] if doomed else []
+    return SensorResult(skip_reason=summary, dynamic_partitions_requests=requests, cursor=dump_cursor(abandoned.cursor))

@@ -1,0 +1,87 @@
+"""Sensor heartbeats: what a tick records of the running code location, and how old that record is.
+
+The daemon and the shell read ``STAGE_E_*`` in different processes, often on different hosts, so
+the shell's own settings say nothing of what dispatch runs with. Every tick therefore rewrites its
+sensor's row with the settings it ran with; ``stage-e status`` compares them with its own.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+from datetime import datetime
+from typing import Any
+
+import sqlalchemy as sa
+from sqlalchemy.orm import Session
+
+from ..settings import Settings
+from .engine import dialect_insert
+from .models import PoolControl, SensorHeartbeat
+
+# A sensor that has not ticked for this many of its intervals is reported as stale: one late tick
+# is ordinary (a slow tick, a busy daemon), three in a row mean the daemon or the sensor stopped.
+STALE_AFTER_INTERVALS = 3
+
+
+def effective_settings(settings: Settings) -> dict[str, Any]:
+    """The settings that decide what dispatch does, as plain JSON values. The database URL, the image
+    roots and the allowed hosts are left out: they may hold secrets or paths of another host."""
+    return {
+        "streaming_enabled": settings.streaming_enabled,
+        "micro_batch_size": settings.micro_batch_size,
+        "batch_target_s": settings.batch_target_s,
+        "max_concurrent_dispatches": settings.max_concurrent_dispatches,
+        "host_load_ceiling": round(settings.host_load_ceiling, 3),
+        "host_load_soft": round(settings.host_load_soft_bar, 3),
+        "host_load_trip_after_s": settings.host_load_trip_after_s,
+        "rss_mb_ceiling": settings.rss_mb_ceiling,
+        "fetch_failure_rate_ceiling": settings.fetch_failure_rate_ceiling,
+        "fetch_failure_window": settings.fetch_failure_window,
+        "fetch_rate_per_sec": settings.fetch_rate_per_sec,
+        "retention_days": settings.retention_days,
+    }
+
+
+def governed_limit(session: Session, pool: str) -> int | None:
+    """The dispatch concurrency the host-load governor allows now (a primary-key read, no lock)."""
+    return session.execute(sa.select(PoolControl.governed_limit).where(PoolControl.pool == pool)).scalar_one_or_none()
+
+
+def record_heartbeat(
+    session: Session, sensor_name: str, *, interval_s: int, settings: Settings, pool: str, now: datetime
+) -> None:
+    """One upsert of the sensor's row. The row only moves forward in time: a slow tick that began
+    before a newer one finished writing leaves the newer row in place."""
+    values = {
+        "sensor_name": sensor_name,
+        "ticked_at": now,
+        "interval_s": interval_s,
+        "settings": effective_settings(settings),
+        "governed_limit": governed_limit(session, pool),
+        "ticked_by": f"{socket.gethostname()}:{os.getpid()}"[:160],
+    }
+    insert = dialect_insert(session)(SensorHeartbeat).values(**values)
+    session.execute(
+        insert.on_conflict_do_update(
+            index_elements=["sensor_name"],
+            set_={name: insert.excluded[name] for name in values if name != "sensor_name"},
+            where=SensorHeartbeat.ticked_at < insert.excluded.ticked_at,
+        )
+    )
+
+
+def read_heartbeats(session: Session) -> list[SensorHeartbeat]:
+    """Every sensor's row, newest tick first (one row per sensor: a handful)."""
+    return list(session.execute(sa.select(SensorHeartbeat).order_by(SensorHeartbeat.ticked_at.desc())).scalars())
+
+
+def is_stale(heartbeat: SensorHeartbeat, now: datetime) -> bool:
+    """Whether the sensor has missed ``STALE_AFTER_INTERVALS`` of its ticks in a row."""
+    return (now - heartbeat.ticked_at).total_seconds() > STALE_AFTER_INTERVALS * heartbeat.interval_s
+
+
+def settings_differences(recorded: dict[str, Any], own: dict[str, Any]) -> dict[str, tuple[Any, Any]]:
+    """``{name: (recorded, own)}`` for every setting the two disagree on."""
+    return {name: (recorded.get(name), own.get(name))
+            for name in sorted(set(recorded) | set(own)) if recorded.get(name) != own.get(name)}

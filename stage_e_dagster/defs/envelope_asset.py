@@ -1,0 +1,131 @@
+"""``stage_e_envelope``: the operating envelope as an asset the UI plots, one observation per sensor tick.
+
+Nothing materializes it: ``envelope_trip_sensor`` reports what it read each tick as numeric
+metadata under fixed keys (zeros included), so the asset page draws every reading against its
+ceiling over time. Every read is bounded: backlogs are counted only up to ``BACKLOG_COUNT_BOUND``
+through their partial indexes, the worker's RSS is the newest finished batch's, never a scan.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime
+
+import sqlalchemy as sa
+from dagster import AssetKey, AssetObservation, AssetSpec, MetadataValue
+from sqlalchemy.orm import Session
+
+from ..catalog.backlog import STAGE_C_PENDING, STAGE_D_PENDING, oldest_waiting_since
+from ..catalog.models import EnvelopeTrip, MicroBatch, PoolControl
+from ..dispatch.sizing import waiting_cards
+from ..envelope.bars import Ceilings
+from ..envelope.fetch_window import window_counts
+from ..envelope.signals import host_load
+from ..settings import Settings
+from .tags import DISPATCH_POOL
+
+ENVELOPE_KEY = AssetKey("stage_e_envelope")
+# A backlog count stops here: the figure reads "at least this many" beyond it, and a tick stays
+# O(bound) on a catalogue of millions.
+BACKLOG_COUNT_BOUND = 10_000
+
+# What each observation key means, with its unit; shown on the asset's page.
+READINGS = {
+    "host_load": "1-minute load average in this process's CPUs (code server host)",
+    "host_load_ceiling": "hard bar for host_load; a trip needs it sustained at the governor's floor",
+    "host_load_soft_bar": "below it the governor raises dispatch concurrency",
+    "worker_rss_mb": "peak RSS (MB) of the run worker of the newest succeeded batch; 0 before any",
+    "rss_mb_ceiling": "bar for worker_rss_mb (MB)",
+    "fetch_failures_in_window": "host fetch failures among the newest outcomes since the last ack",
+    "fetch_outcomes_in_window": "fetch outcomes counted in that window (at most fetch_failure_window)",
+    "fetch_failure_window": "outcomes the failure window holds",
+    "fetch_failure_rate": "fetch_failures_in_window / fetch_failure_window",
+    "fetch_failure_rate_ceiling": "bar for fetch_failure_rate (a trip when strictly above)",
+    "fetch_lockout_open": "1 while a fetch_lockout trip (HTTP 403) is open, else 0",
+    "fetch_lockout_ceiling": "bar for fetch_lockout_open: any lockout trips",
+    "open_trips": "unacknowledged trips (any bar); dispatch is halted while above 0",
+    "governed_concurrency": "dispatch runs the host-load governor allows now (pool_controls)",
+    "max_concurrent_dispatches": "STAGE_E_MAX_CONCURRENT_DISPATCHES, the cap the governor works under",
+    "pool_held": "1 while the dispatch pool is held at 0 for a trip, else 0",
+    "stage_c_waiting": f"unclaimed cards waiting for Stage C, counted up to {BACKLOG_COUNT_BOUND}",
+    "stage_d_waiting": f"unclaimed cards waiting for Stage D, counted up to {BACKLOG_COUNT_BOUND}",
+    "backlog_count_bound": "where the two backlog counts stop",
+    "oldest_waiting_age_s": "seconds since the longest-waiting backlog card was created; 0 when none waits",
+    "sensor_lag_s": "seconds since envelope_trip_sensor's previous tick (about 5 while the daemon keeps up)",
+}
+
+stage_e_envelope = AssetSpec(
+    key=ENVELOPE_KEY,
+    group_name="stage_e",
+    description=(
+        "The operating envelope, observed by envelope_trip_sensor every tick: each reading against "
+        "its ceiling, the governed concurrency, both backlogs, the oldest waiting card and the sensor's lag. "
+        "Its check no_open_trip is red while any trip is open. Keys: "
+        + "; ".join(f"{key}: {meaning}" for key, meaning in READINGS.items())
+    ),
+    metadata={"readings": MetadataValue.json(READINGS)},
+)
+
+
+@dataclass(frozen=True)
+class EnvelopeReading:
+    """One tick's figures, keyed as in ``READINGS``."""
+
+    values: dict[str, float | int]
+
+    def observation(self) -> AssetObservation:
+        return AssetObservation(asset_key=ENVELOPE_KEY, metadata=dict(self.values))
+
+
+def _worker_rss_mb(session: Session) -> float:
+    """The newest succeeded batch's peak RSS: one row off the (status, finished_at) index."""
+    peak = session.execute(
+        sa.select(MicroBatch.peak_rss_mb)
+        .where(MicroBatch.status == "succeeded", MicroBatch.finished_at.is_not(None))
+        .order_by(MicroBatch.finished_at.desc())
+        .limit(1)
+    ).scalar_one_or_none()
+    return float(peak or 0.0)
+
+
+def _open_trip_bars(session: Session) -> list[str]:
+    """The bar of every open trip, off the partial index of open trips (few rows by construction)."""
+    return list(session.execute(sa.select(EnvelopeTrip.bar).where(EnvelopeTrip.acknowledged_at.is_(None))).scalars())
+
+
+def read_envelope(session: Session, settings: Settings, *, now: datetime, sensor_lag_s: float) -> EnvelopeReading:
+    """Every reading of the envelope from the catalogue and this host, in the caller's session."""
+    ceilings = Ceilings.from_settings(settings)
+    window = window_counts(session, ceilings.fetch_failure_window)
+    bars = _open_trip_bars(session)
+    control = session.get(PoolControl, DISPATCH_POOL)
+    governed = control.governed_limit if control is not None and control.governed_limit is not None else None
+    oldest = oldest_waiting_since(session)
+    values: dict[str, float | int] = {
+        "host_load": round(host_load() or 0.0, 3),
+        "host_load_ceiling": float(settings.host_load_ceiling),
+        "host_load_soft_bar": float(settings.host_load_soft_bar),
+        "worker_rss_mb": round(_worker_rss_mb(session), 1),
+        "rss_mb_ceiling": float(settings.rss_mb_ceiling),
+        "fetch_failures_in_window": window.failures,
+        "fetch_outcomes_in_window": window.total,
+        "fetch_failure_window": ceilings.fetch_failure_window,
+        "fetch_failure_rate": round(window.failures / ceilings.fetch_failure_window, 6)
+        if ceilings.fetch_failure_window
+        else 0.0,
+        "fetch_failure_rate_ceiling": float(settings.fetch_failure_rate_ceiling),
+        "fetch_lockout_open": int("fetch_lockout" in bars),
+        "fetch_lockout_ceiling": 0,
+        "open_trips": len(bars),
+        "governed_concurrency": min(governed, settings.max_concurrent_dispatches)
+        if governed is not None
+        else settings.max_concurrent_dispatches,
+        "max_concurrent_dispatches": settings.max_concurrent_dispatches,
+        "pool_held": int(control is not None and control.held_at is not None),
+        "stage_c_waiting": waiting_cards(session, STAGE_C_PENDING, now=now, up_to=BACKLOG_COUNT_BOUND),
+        "stage_d_waiting": waiting_cards(session, STAGE_D_PENDING, now=now, up_to=BACKLOG_COUNT_BOUND),
+        "backlog_count_bound": BACKLOG_COUNT_BOUND,
+        "oldest_waiting_age_s": round(max(0.0, (now - oldest).total_seconds()), 1) if oldest else 0.0,
+        "sensor_lag_s": round(max(0.0, sensor_lag_s), 3),
+    }
+    return EnvelopeReading(values)

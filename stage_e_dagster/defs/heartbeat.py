@@ -1,0 +1,27 @@
+"""The heartbeat every sensor writes at the start of its tick (see ``catalog.heartbeats``).
+
+It is written before the tick's own gates, so a daemon running with streaming off still says so.
+A heartbeat is never worth a failed tick: any error (a catalogue one migration behind, a locked
+database) is logged on the tick and the tick goes on.
+"""
+
+from __future__ import annotations
+
+from dagster import SensorEvaluationContext
+
+from ..catalog.base import utcnow
+from ..catalog.engine import session_scope
+from ..catalog.heartbeats import record_heartbeat
+from .resources import StageEResource
+from .tags import DISPATCH_POOL
+
+
+def beat(context: SensorEvaluationContext, stage_e: StageEResource, *, sensor_name: str, interval_s: int) -> None:
+    """Record this tick of ``sensor_name``; logs and returns on any failure."""
+    try:
+        settings = stage_e.settings()
+        with session_scope(stage_e.engine()) as session:
+            record_heartbeat(session, sensor_name, interval_s=interval_s, settings=settings, pool=DISPATCH_POOL,
+                             now=utcnow())
+    except Exception as exc:  # noqa: BLE001  (the tick matters more than its heartbeat)
+        context.log.warning(f"heartbeat of {sensor_name} not recorded: {type(exc).__name__}: {str(exc)[:300]}")

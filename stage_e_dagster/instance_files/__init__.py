@@ -1,0 +1,18 @@
+"""The Dagster files the commands need, shipped inside the package so an installed wheel has them.
+
+``dagster.yaml`` (the embedded instance) and ``workspace.yaml`` (the code location) are read with
+importlib.resources; the copies at the top of the checkout are for ``dagster dev`` run there, and
+a test keeps them identical to these.
+"""
+
+from __future__ import annotations
+
+from importlib.resources import files
+
+INSTANCE_YAML = "dagster.yaml"
+WORKSPACE_YAML = "workspace.yaml"
+
+
+def read_instance_file(name: str) -> str:
+    """The text of one shipped file: :data:`INSTANCE_YAML` or :data:`WORKSPACE_YAML`."""
+    return files(__name__).joinpath(name).read_text(encoding="utf-8")

@@ -1,0 +1,250 @@
+"""Card localisation: find the card's quadrilateral in an upload and warp it upright to the card frame.
+
+Every Stage C extractor reads the card this module returns, never the raw upload, so a photo's
+table, top-loader or sleeve is not sampled as the card's border and the bottom band is cut from
+the card itself. The search runs on a copy downscaled to ``SEARCH_SIDE`` pixels (it stays cheap);
+only the final warp touches full-resolution pixels.
+
+Three outcomes, each named in the evidence:
+
+- ``contour``: a card-shaped quadrilateral was found among the edge contours;
+- ``whole-image``: none was, but the upload itself has a card's aspect (a digital render, a print
+  file with bleed): the card is the whole image, as before localisation existed;
+- ``fallback``: neither; the whole image is used as today, with a confidence of 0.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any, Literal
+
+import cv2
+import numpy as np
+from PIL import Image
+
+from .geometry import BLEED_ASPECT, TRIM_ASPECT, BleedClass, classify_bleed
+
+Method = Literal["whole-image", "contour", "fallback"]
+Point = tuple[float, float]
+
+SEARCH_SIDE = 640           # long side of the copy the contour search runs on
+MIN_AREA_FRACTION = 0.2     # a card filling half the frame's height covers at least ~0.2 of its area
+ASPECT_TOLERANCE = 0.025    # spread of the aspect score around the card's aspect (short / long side)
+CONFIDENCE_BAR = 0.5        # below this a quad is not taken as the card
+WHOLE_IMAGE_CONFIDENCE = 0.7  # the upload's own aspect is a card's, but nothing inside it confirms it
+# A top-loader's outline can fall near a print file's aspect; a physical card is far the likelier.
+BLEED_PREFERENCE = 0.9
+# Edge pixels above this share of the search image (the eight real photos: 0.31-0.42) mean noise.
+MAX_EDGE_DENSITY = 0.6
+BLEED_ASPECT_SLACK = 0.004  # a found quad is a print file with bleed only this close to (or above) its aspect
+# Below this Stage D should not veto on the border: the reading may be of the background.
+LAYOUT_CONFIDENCE_BAR = CONFIDENCE_BAR
+
+
+@dataclass(frozen=True)
+class Localised:
+    """Where the card is in the source and the card itself, upright in the canonical frame.
+
+    ``quad`` lists the card's own top-left, top-right, bottom-right and bottom-left corners in
+    source pixels. ``rotation`` is the clockwise quarter turn (0, 90, 180 or 270 degrees)
+    applied to make the card upright; ``tilt_deg`` is the small remaining tilt of the card in
+    the source (positive = clockwise), removed by the warp.
+    """
+
+    card: Image.Image
+    quad: tuple[Point, Point, Point, Point]
+    confidence: float
+    rotation: int
+    tilt_deg: float
+    method: Method
+    bleed_class: BleedClass | None
+    source_size: tuple[int, int]
+
+    def evidence(self) -> dict[str, Any]:
+        return {
+            "card_quad": [[round(x, 1), round(y, 1)] for x, y in self.quad],
+            "localisation_confidence": round(self.confidence, 3),
+            "localisation_rotation": self.rotation,
+            "localisation_tilt_deg": round(self.tilt_deg, 2),
+            "localisation_method": self.method,
+        }
+
+
+def _image_corners(width: int, height: int) -> tuple[Point, Point, Point, Point]:
+    return ((0.0, 0.0), (float(width), 0.0), (float(width), float(height)), (0.0, float(height)))
+
+
+def _order_clockwise(points: np.ndarray) -> np.ndarray:
+    """Four points ordered clockwise (in image coordinates) starting from the one nearest the top-left."""
+    centre = points.mean(axis=0)
+    angles = np.arctan2(points[:, 1] - centre[1], points[:, 0] - centre[0])
+    ordered = points[np.argsort(angles)]
+    start = int(np.argmin(ordered.sum(axis=1)))
+    return np.roll(ordered, -start, axis=0)
+
+
+def _fit_quad(hull: np.ndarray) -> np.ndarray:
+    """A four-corner polygon for a convex hull: the simplest polygon approximation, else its minimum-area box."""
+    perimeter = cv2.arcLength(hull, True)
+    for eps in (0.01, 0.02, 0.03, 0.05, 0.08):
+        approx = cv2.approxPolyDP(hull, eps * perimeter, True)
+        if len(approx) == 4:
+            return approx.reshape(4, 2).astype(np.float32)
+    return cv2.boxPoints(cv2.minAreaRect(hull)).astype(np.float32)
+
+
+@dataclass(frozen=True)
+class _Candidate:
+    corners: np.ndarray      # clockwise from the image-top-left-most corner, search-image pixels
+    score: float
+    portrait: bool
+    bleed_class: BleedClass
+
+
+def _side_lengths(c: np.ndarray) -> tuple[float, float]:
+    """Mean horizontal-ish and vertical-ish side lengths of a clockwise quad."""
+    d = [float(np.linalg.norm(c[(i + 1) % 4] - c[i])) for i in range(4)]
+    return (d[0] + d[2]) / 2, (d[1] + d[3]) / 2
+
+
+def _score(corners: np.ndarray, hull_area: float, frame_area: float) -> _Candidate | None:
+    quad_area = float(cv2.contourArea(corners))
+    if quad_area <= 0 or quad_area < MIN_AREA_FRACTION * frame_area:
+        return None
+    horizontal, vertical = _side_lengths(corners)
+    aspect = min(horizontal, vertical) / max(horizontal, vertical)
+    # A photographed card is a physical card and has no bleed; perspective and a loose quad easily
+    # push its aspect half-way to a print file's, so only a quad at a print file's own aspect is one.
+    bleed: BleedClass = "bleed" if aspect >= BLEED_ASPECT - BLEED_ASPECT_SLACK else "trimmed"
+    error = min(abs(aspect - TRIM_ASPECT), abs(aspect - BLEED_ASPECT))
+    aspect_score = math.exp(-((error / ASPECT_TOLERANCE) ** 2))
+    # Corners near 90 degrees: a card seen face-on, or with the mild perspective of a phone photo.
+    worst_cos = 0.0
+    for i in range(4):
+        a, b = corners[i - 1] - corners[i], corners[(i + 1) % 4] - corners[i]
+        worst_cos = max(worst_cos, abs(float(np.dot(a, b))) / (float(np.linalg.norm(a) * np.linalg.norm(b)) + 1e-9))
+    angle_score = max(0.0, 1.0 - (worst_cos / 0.35) ** 2)
+    fill = min(1.0, hull_area / quad_area)  # a quad fitted to a rounded blob is not a card edge
+    size_score = 0.8 + 0.2 * min(1.0, quad_area / frame_area)
+    score = aspect_score * angle_score * fill ** 2 * size_score
+    if bleed == "bleed":
+        score *= BLEED_PREFERENCE
+    return _Candidate(corners, score, vertical >= horizontal, bleed)
+
+
+# (low, high Canny threshold, dilation passes). A low threshold and one dilation close a faint
+# card edge. Tried on the eight real photos: adding stricter passes finds tighter outlines for a
+# card on a stack, but also the inner frame of others, and the score cannot tell them apart.
+EDGE_PASSES = ((30, 90, 1),)
+
+
+def _edge_maps(small: np.ndarray) -> list[np.ndarray]:
+    """Edges of any of the three colour channels (a card on a table of the same brightness still
+    differs in colour), once per pass of ``EDGE_PASSES``."""
+    blurred = cv2.GaussianBlur(small, (5, 5), 0)
+    maps = []
+    for low, high, dilation in EDGE_PASSES:
+        edges = np.zeros(small.shape[:2], dtype=np.uint8)
+        for channel in range(3):
+            edges |= cv2.Canny(blurred[:, :, channel], low, high)
+        maps.append(cv2.dilate(edges, np.ones((3, 3), np.uint8), iterations=dilation) if dilation else edges)
+    return maps
+
+
+def _candidates(small: np.ndarray) -> list[_Candidate]:
+    frame_area = float(small.shape[0] * small.shape[1])
+    maps = _edge_maps(small)
+    contours = [c for edges in maps
+                for c in cv2.findContours(edges, cv2.RETR_LIST, cv2.CHAIN_APPROX_SIMPLE)[0]]
+    found: list[_Candidate] = []
+    if any(float((edges > 0).mean()) > MAX_EDGE_DENSITY for edges in maps):
+        return found  # noise or fine texture: its edge blob is the whole frame, not a card
+    for contour in contours:
+        hull = cv2.convexHull(contour)
+        hull_area = float(cv2.contourArea(hull))
+        if hull_area < MIN_AREA_FRACTION * frame_area:
+            continue
+        candidate = _score(_order_clockwise(_fit_quad(hull)), hull_area, frame_area)
+        if candidate is not None:
+            found.append(candidate)
+    return found
+
+
+def _orientation_cue(card: np.ndarray) -> float:
+    """Positive when the card looks upright, negative when it looks upside down.
+
+    The cue is the rules-text box: on almost every frame it is a light, plain panel in the lower
+    half of the card, while the mirrored place in the upper half holds the art. A card turned
+    180 degrees shows the panel at the top.
+    """
+    hsv = cv2.cvtColor(card, cv2.COLOR_RGB2HSV).astype(np.float32)
+    h, w = card.shape[:2]
+    x0, x1 = round(0.1 * w), round(0.9 * w)
+
+    def panel(y0: float, y1: float) -> float:
+        region = hsv[round(y0 * h):round(y1 * h), x0:x1]
+        return float(region[:, :, 2].mean() - region[:, :, 1].mean() - region[:, :, 2].std())
+
+    return (panel(0.64, 0.86) - panel(0.14, 0.36)) / 255.0
+
+
+def _warp(source: np.ndarray, corners: np.ndarray, size: tuple[int, int]) -> np.ndarray:
+    w, h = size
+    target = np.array([[0, 0], [w, 0], [w, h], [0, h]], dtype=np.float32)
+    matrix = cv2.getPerspectiveTransform(corners.astype(np.float32), target)
+    return cv2.warpPerspective(source, matrix, (w, h), flags=cv2.INTER_LINEAR, borderMode=cv2.BORDER_REPLICATE)
+
+
+def _tilt(card_corners: np.ndarray, rotation: int) -> float:
+    top = card_corners[1] - card_corners[0]
+    angle = math.degrees(math.atan2(float(top[1]), float(top[0])))
+    turned = (360 - rotation) % 360  # how far the card was turned clockwise in the source
+    return (angle - turned + 180.0) % 360.0 - 180.0
+
+
+def _upright(card_corners: np.ndarray, rotation: int, small: np.ndarray, aspect: float) -> tuple[np.ndarray, int]:
+    """The card's corners and rotation after the 180-degree check on a small warp."""
+    probe = _warp(small, card_corners, (120, round(120 / aspect)))
+    if _orientation_cue(probe) < 0:
+        return np.roll(card_corners, 2, axis=0), (rotation + 180) % 360
+    return card_corners, rotation
+
+
+def localise_card(image: Image.Image) -> Localised:
+    """Find the card in ``image`` (RGB) and return it upright in the card frame, with what was found."""
+    width, height = image.size
+    source = np.asarray(image)
+    scale = min(1.0, SEARCH_SIDE / max(width, height))
+    search_size = (max(1, round(width * scale)), max(1, round(height * scale)))
+    small = source if scale == 1.0 else cv2.resize(source, search_size, interpolation=cv2.INTER_AREA)
+    own_class = classify_bleed(width, height)
+    candidates = _candidates(small)
+    if own_class is not None:
+        # A card-shaped upload: a landscape quad inside it is the art box of a render, not a turned card.
+        candidates = [c for c in candidates if c.portrait]
+    best = max(candidates, key=lambda c: c.score, default=None)
+
+    if best is not None and best.score >= CONFIDENCE_BAR:
+        # Card corners (top-left, top-right, bottom-right, bottom-left) before the 180-degree check.
+        corners = best.corners / scale
+        small_corners = best.corners
+        if best.portrait:
+            rotation = 0
+        else:  # the card's top points to the image's right: turn it back a quarter
+            corners, small_corners, rotation = np.roll(corners, -1, axis=0), np.roll(small_corners, -1, axis=0), 270
+        aspect = TRIM_ASPECT if best.bleed_class == "trimmed" else BLEED_ASPECT
+        small_corners, new_rotation = _upright(small_corners, rotation, small, aspect)
+        if new_rotation != rotation:
+            corners, rotation = np.roll(corners, 2, axis=0), new_rotation
+        horizontal, vertical = _side_lengths(corners)
+        card_h = max(1, round(max(vertical, horizontal)))
+        card = _warp(source, corners, (max(1, round(card_h * aspect)), card_h))
+        quad = tuple((float(x), float(y)) for x, y in corners)
+        return Localised(Image.fromarray(card), quad, min(1.0, best.score), rotation,  # type: ignore[arg-type]
+                         _tilt(corners, rotation), "contour", best.bleed_class, (width, height))
+
+    if own_class is not None:
+        return Localised(image, _image_corners(width, height), WHOLE_IMAGE_CONFIDENCE, 0, 0.0, "whole-image",
+                         own_class, (width, height))
+    return Localised(image, _image_corners(width, height), 0.0, 0, 0.0, "fallback", None, (width, height))

@@ -1,0 +1,80 @@
+"""How strongly a card's stored bottom-line text supports the set code, number and year parsed from it.
+
+Stage C stores the parse together with the raw text and word boxes of the read that produced it.
+Looking back at that text tells a set code printed as read from one repaired through look-alike
+glyphs, a number printed in a collector form ("041/281", "C 0100") from a bare number that frame
+junk reads like, and a marked copyright year from a stray one. Stages do not import each other, so
+the few patterns needed here are kept small and local.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import Any
+
+# Tesseract word confidence (0-100) at which one read of a set code counts as confirmed.
+STRONG_WORD_CONFIDENCE = 90.0
+# Bullets that OCR glues to the end of a set code ("DMUe EN").
+_BULLET_LETTERS = "eoa"
+_TOKEN = re.compile(r"[A-Za-z0-9]+")
+_DIGIT_FIX = str.maketrans({"O": "0", "o": "0", "I": "1", "l": "1", "S": "5", "B": "8"})
+_SLASH_NUMBER = re.compile(r"((?:[0-9OoIlSB] ?){0,3}[0-9OoIlSB][a-z]?)\s*[/|\\]\s*[0-9OoIlSB]{1,4}")
+_RARITY_NUMBER = re.compile(r"(?<![0-9A-Za-z])[CURMSLTPB]\s*[^\sA-Za-z0-9]?\s*([0-9OoIlSB]{3,5}[a-z]?)\b")
+_MARKED_YEAR = re.compile(r"(?:\u00a9|\(c\)|\bc\)|copyright|&)\s*(?:(?:19|20)\d{2}\s*[-\u2013]\s*)?((?:19|20)\d{2})",
+                          re.IGNORECASE)
+
+
+@dataclass(frozen=True)
+class CollectorReading:
+    """What the stored text says about the parsed set code and number."""
+
+    set_code_as_printed: bool        # the code is a whole token of the text, in capitals (a bullet peeled off)
+    set_code_confidence: float | None  # best Tesseract confidence of a word holding it as printed
+    number_in_collector_form: bool   # the number is printed over a set size or after a rarity letter
+
+    @property
+    def set_code_confirmed(self) -> bool:
+        return self.set_code_as_printed and (self.set_code_confidence or 0.0) >= STRONG_WORD_CONFIDENCE
+
+
+def _holds_code(text: str, code: str) -> bool:
+    """``text`` has ``code`` as a whole capitalised token, or glued to one misread bullet."""
+    for token in _TOKEN.findall(text):
+        stem = token[:len(code)]
+        if stem.lower() != code or stem.upper() != stem:
+            continue
+        rest = token[len(code):]
+        if rest == "" or (len(rest) == 1 and rest in _BULLET_LETTERS):
+            return True
+    return False
+
+
+def _number_key(raw: str) -> str:
+    return raw.replace(" ", "").translate(_DIGIT_FIX).lower().lstrip("0") or "0"
+
+
+def read_collector(evidence: Any) -> CollectorReading:
+    """Assess the stored collector read of ``evidence`` (an ImageEvidence row or the same fields)."""
+    text = getattr(evidence, "collector_line_raw_text", None) or ""
+    code = (getattr(evidence, "collector_set_code", None) or "").strip().lower()
+    raw_number = (getattr(evidence, "collector_number", None) or "").strip().lower()
+    number = (raw_number.lstrip("0") or "0") if raw_number else None
+    as_printed = bool(code) and _holds_code(text, code)
+    confidence = None
+    if as_printed:
+        confs = [float(box.get("conf", -1)) for box in getattr(evidence, "collector_word_boxes", None) or []
+                 if isinstance(box, dict) and _holds_code(str(box.get("text", "")), code)]
+        confidence = max(confs) if confs else None
+    collector_form = number is not None and any(
+        _number_key(m.group(1)) == number
+        for pattern in (_SLASH_NUMBER, _RARITY_NUMBER) for m in pattern.finditer(text)
+    )
+    return CollectorReading(as_printed, confidence, collector_form)
+
+
+def year_is_marked(evidence: Any) -> bool:
+    """The stored copyright year follows a copyright mark in the legal text (a bare year may be anything)."""
+    year = getattr(evidence, "copyright_year", None)
+    text = getattr(evidence, "legal_raw_text", None) or ""
+    return year is not None and any(int(m.group(1)) == int(year) for m in _MARKED_YEAR.finditer(text))
