@@ -22,6 +22,9 @@ from .models import PoolControl, SensorHeartbeat
 # A sensor that has not ticked for this many of its intervals is reported as stale: one late tick
 # is ordinary (a slow tick, a busy daemon), three in a row mean the daemon or the sensor stopped.
 STALE_AFTER_INTERVALS = 3
+# The interval counted is at least this: the sensor daemon runs every sensor in one pass of at least
+# 5 s, and a slow tick of one sensor (retention on a big instance) delays the others in that pass.
+MIN_COUNTED_INTERVAL_S = 10
 
 
 def effective_settings(settings: Settings) -> dict[str, Any]:
@@ -78,7 +81,8 @@ def read_heartbeats(session: Session) -> list[SensorHeartbeat]:
 
 def is_stale(heartbeat: SensorHeartbeat, now: datetime) -> bool:
     """Whether the sensor has missed ``STALE_AFTER_INTERVALS`` of its ticks in a row."""
-    return (now - heartbeat.ticked_at).total_seconds() > STALE_AFTER_INTERVALS * heartbeat.interval_s
+    interval = max(heartbeat.interval_s, MIN_COUNTED_INTERVAL_S)
+    return (now - heartbeat.ticked_at).total_seconds() > STALE_AFTER_INTERVALS * interval
 
 
 def settings_differences(recorded: dict[str, Any], own: dict[str, Any]) -> dict[str, tuple[Any, Any]]:

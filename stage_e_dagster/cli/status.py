@@ -15,6 +15,7 @@ from ..catalog.backlog import STAGE_C_PENDING, STAGE_D_PENDING, backlog_count, o
 from ..catalog.base import utcnow
 from ..catalog.engine import session_scope
 from ..catalog.heartbeats import (
+    MIN_COUNTED_INTERVAL_S,
     STALE_AFTER_INTERVALS,
     effective_settings,
     is_stale,
@@ -167,7 +168,8 @@ def _print_running_system(console: Console, system: dict[str, Any]) -> None:
         if row["stale"]:
             console.print(
                 f"warning: {row['sensor']} has not ticked for {row['age_s']:.0f} s (more than "
-                f"{STALE_AFTER_INTERVALS} x its {row['interval_s']} s interval): is the daemon running, the sensor on?",
+                f"{STALE_AFTER_INTERVALS} x its interval, counted as at least {MIN_COUNTED_INTERVAL_S} s): "
+                "is the daemon running, the sensor on?",
                 soft_wrap=True,
             )
 

@@ -36,10 +36,12 @@ MIN_BATCH_CARDS = 1
 MAX_BATCH_CARDS = 500
 # Seconds per card before any batch has succeeded: Stage C plus Stage D on a local image here.
 DEFAULT_SECONDS_PER_CARD = 0.15
-# A dispatch run's start-up before its first line of user code (in-process executor, measured). A
-# trickle is split into one more batch only if each still holds this much work: a smaller split
-# costs another run's start-up to save less time than that.
-RUN_START_S = 2.5
+# A dispatch run's start-up before its first line of user code: the queue launching it to the
+# worker's RUN_START, a new process importing Dagster, OpenCV, Tesseract and the project (measured
+# ~4 s on a quiet 2-core machine, 4.4-7 s under load by bench/scale.py). A trickle or a backlog's
+# tail is split into one more batch only if each still holds this much work: a smaller split costs
+# another run's start-up to save less time than that.
+RUN_START_S = 4.0
 # How many of the newest succeeded batches the measure looks at (read through (status, finished_at)).
 HISTORY_BATCHES = 20
 # Batches queued behind each running one while the pool caps the running ones (see the module's docstring).

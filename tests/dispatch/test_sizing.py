@@ -3,6 +3,7 @@ free slots, the fixed size when set, and reads that stay bounded. On SQLite and 
 
 from __future__ import annotations
 
+import math
 from dataclasses import replace
 from datetime import timedelta
 from itertools import count
@@ -21,6 +22,7 @@ from stage_e_dagster.dispatch.sizing import (
     FIXED,
     HISTORY_BATCHES,
     MAX_BATCH_CARDS,
+    RUN_START_S,
     TRICKLE,
     history_query,
     measured_seconds_per_card,
@@ -104,8 +106,9 @@ def batch_cards(engine: sa.Engine, plan) -> list[list[int]]:  # type: ignore[no-
 def test_a_trickle_goes_out_at_once_spread_over_the_free_slots(engine: sa.Engine) -> None:
     ids = insert_cards(engine, 50)
     plan = tick(engine, settings())  # work size 200; 50 waiting is less than 2 slots take
-    assert (plan.basis, plan.batch_size, plan.max_batches, plan.waiting) == (TRICKLE, 25, 2, 50)
-    assert batch_cards(engine, plan) == [ids[:25], ids[25:]]
+    worth_a_run = math.ceil(RUN_START_S / DEFAULT_SECONDS_PER_CARD)  # 27 cards: 25 each would be less
+    assert (plan.basis, plan.batch_size, plan.max_batches, plan.waiting) == (TRICKLE, worth_a_run, 2, 50)
+    assert batch_cards(engine, plan) == [ids[:worth_a_run], ids[worth_a_run:]]
     more = insert_cards(engine, 1, prefix="late")
     plan = tick(engine, settings(), in_flight=1)  # claimed cards are not waiting; one slot left
     assert (plan.basis, plan.max_batches, plan.waiting) == (TRICKLE, 1, 1)
@@ -129,11 +132,11 @@ def test_less_than_a_full_queue_is_split_evenly_so_the_last_batches_end_together
     plan = tick(engine, settings(), queue_ahead=True)  # work size 200 at the default rate; 4 places take 800
     assert (plan.basis, plan.batch_size, plan.max_batches, plan.waiting) == (TRICKLE, 150, 4, 600)
     assert batch_cards(engine, plan) == [ids[i:i + 150] for i in range(0, 600, 150)]
-    # The tail: one place free, 90 left; a quarter goes now, the rest as places free up.
-    tail = insert_cards(engine, 90, prefix="tail")
+    # The tail: one place free, 200 left; a quarter goes now, the rest as places free up.
+    tail = insert_cards(engine, 200, prefix="tail")
     plan = tick(engine, settings(), in_flight=3, queue_ahead=True)
-    assert (plan.batch_size, plan.max_batches, plan.waiting) == (23, 1, 90)
-    assert batch_cards(engine, plan) == [tail[:23]]
+    assert (plan.batch_size, plan.max_batches, plan.waiting) == (50, 1, 200)
+    assert batch_cards(engine, plan) == [tail[:50]]
 
 
 def test_a_small_trickle_is_not_split_below_a_run_s_start_up_of_work(engine: sa.Engine) -> None:

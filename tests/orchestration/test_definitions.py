@@ -68,3 +68,12 @@ def test_workspace_yaml_loads_the_code_location(tmp_path: Path) -> None:
         timeout=180,
     )
     assert result.returncode == 0, result.stdout + result.stderr
+
+
+def test_the_dispatch_and_envelope_sensors_tick_on_every_pass_of_the_sensor_daemon() -> None:
+    """The daemon's pass takes at least ``MIN_INTERVAL_LOOP_TIME``; a minimum interval equal to it
+    skips every tick that starts a little earlier in its pass than the last, halving the tick rate."""
+    from dagster._daemon.sensor import MIN_INTERVAL_LOOP_TIME
+
+    for name in ("card_created_sensor", "evidence_changed_sensor", "envelope_trip_sensor"):
+        assert defs.resolve_sensor_def(name).minimum_interval_seconds < MIN_INTERVAL_LOOP_TIME, name

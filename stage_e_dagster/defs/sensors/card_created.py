@@ -14,9 +14,9 @@ from ...catalog.backlog import STAGE_C_PENDING
 from ..heartbeat import beat
 from ..jobs import stage_e_dispatch
 from ..resources import StageEResource
-from .dispatching import dispatch_tick
+from .dispatching import EVERY_DAEMON_PASS_S, dispatch_tick
 
-INTERVAL_S = 5
+INTERVAL_S = EVERY_DAEMON_PASS_S
 
 
 @sensor(

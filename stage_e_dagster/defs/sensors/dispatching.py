@@ -28,6 +28,12 @@ from ..reconcile import Reconciled, reconcile
 from ..resources import StageEResource
 from ..tags import dispatch_tags
 
+# How often the dispatch and envelope sensors may tick: every pass of the sensor daemon. Its loop
+# takes at least 5 s (Dagster's MIN_INTERVAL_LOOP_TIME); a minimum interval of exactly 5 s skips
+# any tick that starts a little earlier in its pass than the last one did, so the sensor then ticks
+# every 10 s, which alone added ~5 s to a trickled card's wait.
+EVERY_DAEMON_PASS_S = 4
+
 
 def run_request(settings: Settings, batch: MicroBatch) -> RunRequest:
     """One run for the batch. A run key is never reusable, even after a failed run, so a batch

@@ -38,8 +38,9 @@ from ..heartbeat import beat
 from ..hold import hold_dispatch, is_dispatch_run
 from ..resources import StageEResource
 from ..run_ends import ENDED, settle_run_end
+from .dispatching import EVERY_DAEMON_PASS_S
 
-INTERVAL_S = 5
+INTERVAL_S = EVERY_DAEMON_PASS_S
 RUNS_PER_TICK = 100
 # How far behind its newest run end each tick reads again: a run end that commits this much later
 # than a newer one is still seen here (the dispatch sensor settles anything later still).
