@@ -143,7 +143,8 @@ def status(as_json: Annotated[bool, typer.Option("--json", help="Print JSON.")] 
 def _print_running_system(console: Console, system: dict[str, Any]) -> None:
     """The daemon's settings beside the shell's, then a warning for each difference and stale sensor."""
     if not system["sensors"]:
-        console.print("daemon           no sensor has ticked on this catalogue yet: is the Dagster daemon running?",
+        console.print("daemon           no sensor has ticked on this catalogue with streaming on: is the Dagster "
+                      "daemon running, with STAGE_E_STREAMING_ENABLED=true?",
                       soft_wrap=True)
         return
     daemon, shell = system["daemon_settings"], system["shell_settings"]

@@ -1,6 +1,8 @@
 """The heartbeat every sensor writes at the start of its tick (see ``catalog.heartbeats``).
 
-It is written before the tick's own gates, so a daemon running with streaming off still says so.
+It is written only while streaming is on: off means off, so a sensor of a location with streaming
+off opens no transaction at all (with no catalogue URL set it would otherwise create an empty
+SQLite file and warn on every tick). ``stage-e status`` says so when it finds no heartbeat.
 A heartbeat is never worth a failed tick: any error (a catalogue one migration behind, a locked
 database) is logged on the tick and the tick goes on.
 """
@@ -17,9 +19,11 @@ from .tags import DISPATCH_POOL
 
 
 def beat(context: SensorEvaluationContext, stage_e: StageEResource, *, sensor_name: str, interval_s: int) -> None:
-    """Record this tick of ``sensor_name``; logs and returns on any failure."""
+    """Record this tick of ``sensor_name`` while streaming is on; logs and returns on any failure."""
     try:
         settings = stage_e.settings()
+        if not settings.streaming_enabled:
+            return
         with session_scope(stage_e.engine()) as session:
             record_heartbeat(session, sensor_name, interval_s=interval_s, settings=settings, pool=DISPATCH_POOL,
                              now=utcnow())
