@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import os
 import shutil
-import signal
 import statistics
 import subprocess
 import sys
@@ -24,7 +23,7 @@ from stage_e_dagster.catalog.migrate import upgrade
 from stage_e_dagster.catalog.models import Card, MicroBatch
 from stage_e_dagster.corpus.seed import seed_corpus
 from stage_e_dagster.defs.instance import EMBEDDED_INSTANCE_YAML, PROJECT_ROOT, WORKSPACE_YAML
-from stage_e_dagster.process_groups import reset_signals, signal_group, wait_group_gone
+from stage_e_dagster.process_groups import reset_signals, stop_group
 
 BIN = Path(sys.executable).parent
 PG_SERVER = os.environ.get("STAGE_E_BENCH_PG_URL", "postgresql+psycopg2://postgres@127.0.0.1:5432/postgres")
@@ -151,13 +150,6 @@ def running_daemon(env: dict[str, str], log_path: Path) -> Iterator[subprocess.P
     try:
         yield daemon
     finally:
-        signal_group(daemon.pid, signal.SIGTERM)
-        try:
-            daemon.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            signal_group(daemon.pid, signal.SIGKILL)
-            daemon.wait()
         # The code server and run workers may still be writing to the state folder the caller is
-        # about to delete: wait for the whole group, and SIGKILL what is left after 30 s.
-        if not wait_group_gone(daemon.pid, 30.0):
-            signal_group(daemon.pid, signal.SIGKILL)
+        # about to delete: the whole group is waited for.
+        stop_group(daemon)

@@ -8,8 +8,14 @@ Two questions an operator asks before switching streaming on:
        * bulk:   ``stage-e bulk --stage all --workers N``, timed from the command's start to its exit;
        * stream: ``dagster-daemon run -w workspace.yaml`` with the project's ``dagster.yaml`` and the
                  default dispatch settings (batches sized by work, ``STAGE_E_MAX_CONCURRENT_DISPATCHES``
-                 = N), timed from the daemon's start, and from its first run's start, to the backlog
-                 empty (no card pending either stage, no micro-batch pending or running).
+                 = N). The daemon is started on the catalogue with the backlog taken out, and once its
+                 dispatch sensor has ticked, the backlog's rows are inserted again in one transaction, as
+                 an importer would, half a sensor pass after a tick (the mean wait of a commit at a
+                 random moment). Timed from that commit to the backlog empty (no card pending either
+                 stage, no micro-batch pending or running): a streaming deployment keeps its daemon
+                 running, so a backlog pays the sensor's noticing it, the runs' start-up and the work,
+                 not the daemon's start. The daemon's start to its first dispatch tick is printed beside,
+                 as is the drain timed from the first run's start (what dispatch alone costs).
      With ``--reps`` above 1 the order alternates, so drifting load hits both sides alike.
   2. Latency: on a trickle into an idle daemon (the stream side of the last repetition, once
      drained), how long from a card's insert commit to its ``image_evidence`` row? The trickled
@@ -36,6 +42,7 @@ import sys
 import tempfile
 import time
 from dataclasses import dataclass, field
+from datetime import datetime, timezone
 from pathlib import Path
 from typing import Callable
 
@@ -60,6 +67,8 @@ from stage_e_dagster.catalog.models import Card  # noqa: E402
 
 ACTIVE = [DagsterRunStatus.QUEUED, DagsterRunStatus.NOT_STARTED, DagsterRunStatus.STARTING, DagsterRunStatus.STARTED]
 POLL_S = 0.2
+# The sensor daemon's pass: at least 5 s (Dagster's MIN_INTERVAL_LOOP_TIME), and the dispatch sensors tick on each.
+SENSOR_PASS_S = 5.0
 INSERT_CARD = sa.text(
     "INSERT INTO cards (identifier, name, image_locator, card_type, dpi, declared_content_hash) "
     "VALUES (:identifier, :name, :image_locator, :card_type, :dpi, :declared_content_hash)"
@@ -78,6 +87,7 @@ class StreamDrain:
     cards: int
     wall_s: float
     from_first_run_s: float
+    boot_s: float
     runs: int
     failed_runs: int
     latencies_s: list[float] = field(default_factory=list)
@@ -100,18 +110,22 @@ class Side:
         return cls(name, url, home, env)
 
 
-def hold_back(template: Path, corpus: Path, count: int) -> list[dict[str, object]]:
-    """Take the last ``count`` readable cards out of the seeded catalogue, for the trickle to insert again.
-
-    They are real, unseen images (a broken one would skip OCR and flatter the latency)."""
+def readable_tail(corpus: Path, count: int) -> list[str]:
+    """The identifiers of the last ``count`` readable seeded cards: the trickle's real, unseen images
+    (a broken one would skip OCR and flatter the latency)."""
     labels = [json.loads(line) for line in (corpus / "labels.jsonl").read_text().splitlines()]
-    chosen = [label["identifier"] for label in labels if label["broken"] is None][-count:] if count else []
-    engine = plain_engine(f"sqlite:///{template}")
+    return [label["identifier"] for label in labels if label["broken"] is None][-count:] if count else []
+
+
+def take_out(url: str, identifiers: list[str] | None = None) -> list[dict[str, object]]:
+    """Delete cards (all of them when ``identifiers`` is None) from a catalogue copy and return their
+    rows, for inserting again later with raw SQL, as any writer would."""
+    engine = plain_engine(url)
     columns = (Card.identifier, Card.name, Card.image_locator, Card.card_type, Card.dpi, Card.declared_content_hash)
+    chosen = sa.true() if identifiers is None else Card.identifier.in_(identifiers)
     with engine.begin() as conn:
-        rows = [dict(r) for r in conn.execute(sa.select(*columns).where(Card.identifier.in_(chosen))
-                                              .order_by(Card.id)).mappings()]
-        conn.execute(sa.delete(Card).where(Card.identifier.in_(chosen)))
+        rows = [dict(r) for r in conn.execute(sa.select(*columns).where(chosen).order_by(Card.id)).mappings()]
+        conn.execute(sa.delete(Card).where(chosen))
     engine.dispose()
     return rows
 
@@ -147,16 +161,40 @@ def wait_until(done: Callable[[], bool], daemon: subprocess.Popen[bytes], log: P
         time.sleep(POLL_S)
 
 
+def last_dispatch_tick(url: str) -> float | None:
+    """When the dispatch sensor of new cards last ticked (its heartbeat row), as a Unix time."""
+    engine = plain_engine(url)
+    with engine.connect() as conn:
+        ticked = conn.execute(sa.text("SELECT ticked_at FROM sensor_heartbeats WHERE sensor_name = :name"),
+                              {"name": "card_created_sensor"}).scalar_one_or_none()
+    engine.dispose()
+    if ticked is None:
+        return None
+    ticked = datetime.fromisoformat(ticked) if isinstance(ticked, str) else ticked
+    return ticked.replace(tzinfo=ticked.tzinfo or timezone.utc).timestamp()
+
+
 def drain_with_daemon(side: Side, folder: Path, timeout_s: float, trickle: list[dict[str, object]],
                       every_s: float) -> StreamDrain:
-    """The real daemon over the same backlog; then, if asked, the trickle into it while it idles."""
+    """The real daemon, already running, given the same backlog in one commit; then, if asked, the
+    trickle into it while it idles."""
+    rows = take_out(side.url)
     reader = plain_engine(side.url)
     instance = DagsterInstance.from_config(str(side.home))
     log = folder / f"{side.name}-daemon.log"
-    started = time.perf_counter()
+    daemon_started = time.time()
     with running_daemon(side.env, log) as daemon:
+        wait_until(lambda: last_dispatch_tick(side.url) is not None, daemon, log, 300, "first dispatch tick")
+        first_tick = last_dispatch_tick(side.url)
+        boot = first_tick - daemon_started  # type: ignore[operator]
+        # An importer commits at any moment of the sensor daemon's pass: the commit goes in half a
+        # pass after a tick, the mean wait for such a commit (right after one would be the worst case).
+        wait_until(lambda: last_dispatch_tick(side.url) != first_tick, daemon, log, 60, "second dispatch tick")
+        time.sleep(SENSOR_PASS_S / 2)
+        with reader.begin() as conn:
+            conn.execute(INSERT_CARD, rows)
+        committed = time.time()
         wait_until(lambda: backlog(reader) == (0, 0), daemon, log, timeout_s, "empty backlog")
-        wall = time.perf_counter() - started
         drained_at = time.time()
         cards = card_count(reader)
         # Let the last runs write their final events, so the trickle starts on an idle daemon.
@@ -170,7 +208,7 @@ def drain_with_daemon(side: Side, folder: Path, timeout_s: float, trickle: list[
     failed = sum(r.dagster_run.status != DagsterRunStatus.SUCCESS for r in records)
     instance.dispose()
     reader.dispose()
-    return StreamDrain(cards, wall, drained_at - first_start, len(records), failed, latencies)
+    return StreamDrain(cards, drained_at - committed, drained_at - first_start, boot, len(records), failed, latencies)
 
 
 def trickle_latencies(url: str, rows: list[dict[str, object]], every_s: float, daemon: subprocess.Popen[bytes],
@@ -213,17 +251,20 @@ def report(bulks: list[BulkDrain], streams: list[StreamDrain], workers: int, bat
     print()
     for i, (b, s) in enumerate(zip(bulks, streams), start=1):
         print(f"rep {i}: bulk {b.cards} cards in {b.wall_s:.1f} s ({b.cards / b.wall_s:.3f} cards/s); stream "
-              f"{s.cards} cards in {s.wall_s:.1f} s from daemon start ({s.cards / s.wall_s:.3f} cards/s), "
-              f"{s.from_first_run_s:.1f} s from first run start; {s.runs} runs, {s.failed_runs} not successful")
+              f"{s.cards} cards in {s.wall_s:.1f} s from the backlog's commit ({s.cards / s.wall_s:.3f} cards/s), "
+              f"{s.from_first_run_s:.1f} s from first run start; {s.runs} runs, {s.failed_runs} not successful; "
+              f"daemon start to first dispatch tick {s.boot_s:.1f} s")
     cards = sum(b.cards for b in bulks)
     bulk_rate = cards / sum(b.wall_s for b in bulks)
     stream_rate = sum(s.cards for s in streams) / sum(s.wall_s for s in streams)
     first_run_rate = sum(s.cards for s in streams) / sum(s.from_first_run_s for s in streams)
     print(f"bulk   (stage-e bulk --stage all --workers {workers}): {bulk_rate:.3f} cards/s")
     print(f"stream (dagster-daemon, batches: {batch_size}, {workers} concurrent dispatches): "
-          f"{stream_rate:.3f} cards/s from daemon start, {first_run_rate:.3f} cards/s from first run start")
-    print(f"ratio streaming/bulk: {stream_rate / bulk_rate:.3f} from daemon start, "
-          f"{first_run_rate / bulk_rate:.3f} from first run start   (target >= 0.9)")
+          f"{stream_rate:.3f} cards/s from the backlog's commit, {first_run_rate:.3f} cards/s from first run start")
+    print(f"ratio streaming/bulk: {stream_rate / bulk_rate:.3f} from the backlog's commit   (target >= 0.9); "
+          f"{first_run_rate / bulk_rate:.3f} from first run start")
+    print(f"daemon start to its first dispatch tick (once per daemon start): "
+          f"{median([s.boot_s for s in streams]):.1f} s")
     latencies = [x for s in streams for x in s.latencies_s]
     if latencies:
         print(f"trickle insert -> evidence, {len(latencies)} cards: p50 {median(latencies):.2f} s  "
@@ -247,7 +288,7 @@ def main() -> int:
         folder = args.keep or Path(tmp)
         folder.mkdir(parents=True, exist_ok=True)
         template, corpus = seed_template(folder, args.cards + args.trickle, args.seed)
-        held = hold_back(template, corpus, args.trickle)
+        held = take_out(f"sqlite:///{template}", readable_tail(corpus, args.trickle))
         streaming_environment(folder / "state", database_url="sqlite:///unused.sqlite", image_roots=corpus)
         os.environ["STAGE_E_MAX_CONCURRENT_DISPATCHES"] = str(args.workers)
         if args.batch_size is None:  # the default: batches sized by work (dispatch/sizing.py)

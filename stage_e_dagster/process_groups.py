@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 import signal
+import subprocess
 import time
 
 
@@ -46,3 +47,17 @@ def wait_group_gone(pgid: int, timeout_s: float) -> bool:
             return False
         time.sleep(0.2)
     return True
+
+
+def stop_group(leader: subprocess.Popen[bytes], timeout_s: float = 30.0) -> None:
+    """SIGTERM a child's whole group, reap the child, and wait for every other member (a daemon's
+    code server, a run worker still writing); SIGKILL whatever is left after ``timeout_s``."""
+    signal_group(leader.pid, signal.SIGTERM)
+    try:
+        leader.wait(timeout=timeout_s)
+    except subprocess.TimeoutExpired:
+        signal_group(leader.pid, signal.SIGKILL)
+        leader.wait()
+    if not wait_group_gone(leader.pid, timeout_s):
+        signal_group(leader.pid, signal.SIGKILL)
+        wait_group_gone(leader.pid, timeout_s)

@@ -11,9 +11,9 @@ import typer
 from ..catalog.base import utcnow
 from ..catalog.engine import session_scope
 from ..catalog.models import MicroBatch
+from ..defs.instance import open_instance
 from ..defs.retention import prune_batches
 from .context import catalog_engine, settings
-from .instance import dagster_instance
 from .output import print_json, print_table, table
 
 app = typer.Typer(help="Micro-batches: the catalogue side of the dynamic partitions.", no_args_is_help=True,
@@ -88,5 +88,5 @@ def prune(
     cfg = settings()
     engine = catalog_engine(cfg)
     days = cfg.retention_days if older_than_days is None else older_than_days
-    count = prune_batches(dagster_instance(cfg), engine, finished_before=utcnow() - timedelta(days=days))
+    count = prune_batches(open_instance(cfg), engine, finished_before=utcnow() - timedelta(days=days))
     typer.echo(f"pruned {count} finished micro-batches older than {days:g} days")

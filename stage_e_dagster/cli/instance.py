@@ -1,23 +1,15 @@
-"""The Dagster instance and workspace the commands use, written from the files the package ships.
+"""The workspace file the commands hand to ``dagster dev`` and the daemon, written from package data.
 
-With ``DAGSTER_HOME`` unset, the instance lives in the state folder; its ``dagster.yaml`` and the
-``workspace.yaml`` that ``dagster dev`` and the daemon load are written there from package data
-on first use, so an installed wheel works from any folder.
+The ``workspace.yaml`` is written into the state folder on every use, so an installed wheel works
+from any folder (the instance's own ``dagster.yaml`` is written by ``defs.instance.open_instance``).
 """
 
 from __future__ import annotations
 
 from pathlib import Path
 
-from dagster import DagsterInstance
-
-from ..defs.instance import open_instance
 from ..instance_files import WORKSPACE_YAML, read_instance_file
 from ..settings import Settings
-
-
-def dagster_instance(cfg: Settings) -> DagsterInstance:
-    return open_instance(cfg)
 
 
 def workspace_file(cfg: Settings) -> Path:

@@ -7,10 +7,10 @@ from typing import Annotated
 
 import typer
 
+from ..defs.instance import open_instance
 from ..defs.ledger import cards_per_hour, ledger_entries
 from .context import settings
 from .errors import CliError
-from .instance import dagster_instance
 from .output import print_json, print_table, table
 
 # The default table: what an operator scans at 80 columns; ``--wide`` adds the rest of the ledger.
@@ -63,7 +63,7 @@ def ledger(
     as_json: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
 ) -> None:
     """List micro-batches from Dagster's event log, oldest first, with cards per hour."""
-    entries = ledger_entries(dagster_instance(settings()), since=_parse_since(since))
+    entries = ledger_entries(open_instance(settings()), since=_parse_since(since))
     rate = cards_per_hour(entries)
     if as_json:
         print_json(

@@ -8,10 +8,10 @@ import typer
 
 from ..definitions import defs
 from ..defs.hold import release_hold
+from ..defs.instance import open_instance
 from ..defs.sweep import SweepRefused, launch_sweep
 from .context import catalog_engine, settings
 from .errors import CliError
-from .instance import dagster_instance
 from .output import print_json, progress_bar
 
 
@@ -26,7 +26,7 @@ def sweep(
     """
     cfg = settings()
     engine = catalog_engine(cfg)
-    instance = dagster_instance(cfg)
+    instance = open_instance(cfg)
     # One call walks the backlog and submits the backfill, so the bar is a spinner with the elapsed time.
     with progress_bar("walking the backlog and submitting the backfill", None, quiet=as_json):
         try:

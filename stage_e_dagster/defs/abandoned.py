@@ -69,12 +69,13 @@ def abandoned_partitions(
         if keys
         else set()
     )
+    existing = instance.get_existing_dynamic_partitions(micro_batches.name, keys) if keys else set()
     delete: list[str] = []
     cursor = after
     for key, finished_at in rows:
         if key in going:
             break
-        if instance.has_dynamic_partition(micro_batches.name, key):
+        if key in existing:
             delete.append(key)
         cursor = (finished_at, key)
     return AbandonedPartitions(delete=delete, cursor=cursor)

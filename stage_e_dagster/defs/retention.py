@@ -37,17 +37,18 @@ def expired_batches(
     session: Session, instance: DagsterInstance, *, finished_before: datetime, limit: int
 ) -> ExpiredBatches:
     """At most ``limit`` finished batches that ended before the cutoff (read off the status and
-    finished-at index, no ordering, so the query stops after ``limit`` rows)."""
-    keys = session.execute(
+    finished-at index, no ordering, so the query stops after ``limit`` rows). Which of them still
+    have a partition is one read of Dagster's partitions table per chunk of keys, not one per key:
+    on PostgreSQL each storage call opens a connection, and a call per key made the retention ticks
+    of bench/scale.py take 12-13 s."""
+    keys = list(session.execute(
         sa.select(MicroBatch.batch_key)
         .where(MicroBatch.status.in_(FINISHED), MicroBatch.finished_at < finished_before)
         .limit(limit)
-    ).scalars()
-    partitioned: list[str] = []
-    unpartitioned: list[str] = []
-    for key in keys:
-        (partitioned if instance.has_dynamic_partition(micro_batches.name, key) else unpartitioned).append(key)
-    return ExpiredBatches(partitioned=partitioned, unpartitioned=unpartitioned)
+    ).scalars())
+    existing = instance.get_existing_dynamic_partitions(micro_batches.name, keys) if keys else set()
+    return ExpiredBatches(partitioned=[k for k in keys if k in existing],
+                          unpartitioned=[k for k in keys if k not in existing])
 
 
 def forget_batches(session: Session, keys: list[str]) -> int:

@@ -9,14 +9,14 @@ with a fixed count (at most that many cards per batch, one run per slot, as befo
 
 While the pool itself caps how many dispatch runs go at once, each slot also holds one batch queued
 behind its running one: when a run ends, Dagster's run queue starts the next within a second, not
-after the next sensor tick. A backlog that the queue could hold in smaller batches is split evenly
-over it, so the last batches end together rather than leaving a slot idle.
+after the next sensor tick. A backlog smaller than the queue holds at full size goes out in as few
+batches as hold it (every run costs its start-up), in whole rounds of the slots and split evenly,
+so the last batches end together rather than leaving a slot idle.
 """
 
 from __future__ import annotations
 
 import math
-import statistics
 from dataclasses import dataclass
 from datetime import datetime
 
@@ -34,8 +34,11 @@ MAX_BATCHES_PER_TICK = 8
 # when cards turn out nearly free (Stage D only, or skipped as current).
 MIN_BATCH_CARDS = 1
 MAX_BATCH_CARDS = 500
-# Seconds per card before any batch has succeeded: Stage C plus Stage D on a local image here.
-DEFAULT_SECONDS_PER_CARD = 0.15
+# Seconds per card before any batch has succeeded: Stage C plus Stage D on a local image, measured
+# at 0.086-0.096 in 150-card batches on a quiet 2-core machine with in-process OCR (about 0.15 under
+# load). The low side on purpose: a first batch too big runs past the target once, while one too
+# small costs every slot another run's start-up.
+DEFAULT_SECONDS_PER_CARD = 0.1
 # A dispatch run's start-up before its first line of user code: the queue launching it to the
 # worker's RUN_START, a new process importing Dagster, OpenCV, Tesseract and the project (measured
 # ~4 s on a quiet 2-core machine, 4.4-7 s under load by bench/scale.py). A trickle or a backlog's
@@ -81,21 +84,27 @@ def history_query() -> sa.Select[tuple[datetime | None, datetime | None, int]]:
 
 
 def measured_seconds_per_card(session: Session) -> float | None:
-    """The median of (finished - started) / cards over the newest succeeded batches; None without any.
+    """Seconds per card over the newest succeeded batches, the median weighted by cards; None without any.
 
     A batch's time runs from the moment its run took it to its end, Stage C and Stage D, so it leaves
-    out the run's start-up. The median shrugs off a batch stopped early by a trip or stuck on a slow
-    host. Per-batch fixed costs are in each figure, so at a steady size the measure settles where a
-    whole batch takes the target."""
+    out the run's start-up. Weighting by cards lets big batches speak for the rate: a trickle's
+    one-card batches are mostly each batch's fixed cost (a third of a second here), and by count they
+    would make the next backlog's batches a tenth of their size. The median still shrugs off a batch
+    stopped early by a trip or stuck on a slow host, unless it holds half of the cards measured."""
     rows = session.execute(history_query()).all()
-    rates = [
-        (finished - started).total_seconds() / cards
+    rates = sorted(
+        ((finished - started).total_seconds() / cards, cards)
         for started, finished, cards in rows
         if started is not None and cards
-    ]
+    )
     if not rates:
         return None
-    return max(statistics.median(rates), MIN_SECONDS_PER_CARD)
+    half, seen = sum(cards for _, cards in rates) / 2, 0
+    for rate, cards in rates:
+        seen += cards
+        if seen >= half:
+            break
+    return max(rate, MIN_SECONDS_PER_CARD)
 
 
 def work_sized(settings: Settings, seconds_per_card: float) -> int:
@@ -144,10 +153,12 @@ def plan_for_tick(
     if waiting >= depth * full:
         return BatchPlan(batch_size=full, max_batches=slots, basis=BACKLOG, seconds_per_card=rate, waiting=waiting,
                          depth=depth)
-    # Less than a full queue waits: an even share per place in the queue, so the batches end together,
-    # but never so small that a run's start-up costs more than the work it holds.
+    # Less than a full queue waits: as few rounds of the slots as hold it at full size or less, split
+    # evenly so the batches end together, but never so small that a run's start-up costs
+    # more than the work it holds.
+    places = min(depth, max(1, math.ceil(waiting / (limit * full))) * limit)
     worth_a_run = min(full, math.ceil(RUN_START_S / rate))
-    size = max(MIN_BATCH_CARDS, worth_a_run, math.ceil(waiting / depth))
+    size = max(MIN_BATCH_CARDS, worth_a_run, math.ceil(waiting / places))
     return BatchPlan(batch_size=size, max_batches=slots, basis=TRICKLE, seconds_per_card=rate, waiting=waiting,
                      depth=depth)
 

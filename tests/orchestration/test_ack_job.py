@@ -4,8 +4,6 @@ automation's launch refuses and the trip stays open; a wrong trip id is a named 
 from __future__ import annotations
 
 import json
-import os
-import signal
 import socket
 import subprocess
 import urllib.request
@@ -22,9 +20,10 @@ from stage_e_dagster.defs.envelope_asset import ENVELOPE_KEY
 from stage_e_dagster.defs.hold import pool_limit
 from stage_e_dagster.defs.instance import PROJECT_ROOT, WORKSPACE_YAML
 from stage_e_dagster.envelope.trips import acknowledge_trip, current_open_trip, open_trip
+from stage_e_dagster.process_groups import reset_signals, stop_group
 
 from .conftest import Pipeline
-from .test_daemon import BIN, Stack, _reset_signals
+from .test_daemon import BIN, Stack
 from .test_streaming import skip_text
 
 
@@ -189,7 +188,7 @@ class Webserver:
                 cwd=PROJECT_ROOT,
                 stdout=out,
                 stderr=subprocess.STDOUT,
-                preexec_fn=_reset_signals,
+                preexec_fn=reset_signals,
             )
 
     def graphql(self, query: str, **variables: object) -> dict:
@@ -211,13 +210,7 @@ class Webserver:
             return False
 
     def stop(self) -> None:
-        if self.process.poll() is None:
-            os.killpg(self.process.pid, signal.SIGTERM)
-            try:
-                self.process.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                os.killpg(self.process.pid, signal.SIGKILL)
-                self.process.wait()
+        stop_group(self.process)
 
 
 @pytest.mark.slow

@@ -27,6 +27,7 @@ from stage_e_dagster.catalog.models import Card, ImageEvidence, MicroBatch, Prin
 from stage_e_dagster.corpus.seed import seed_corpus
 from stage_e_dagster.defs.instance import EMBEDDED_INSTANCE_YAML, PROJECT_ROOT, WORKSPACE_YAML
 from stage_e_dagster.defs.ledger import ledger_entries
+from stage_e_dagster.process_groups import reset_signals, stop_group
 from tests.conftest import create_pg_database, drop_pg_database
 
 from .conftest import ImageServer
@@ -34,12 +35,6 @@ from .conftest import ImageServer
 pytestmark = pytest.mark.slow
 
 BIN = Path(sys.executable).parent
-
-
-def _reset_signals() -> None:
-    signal.signal(signal.SIGINT, signal.SIG_DFL)
-    signal.signal(signal.SIGTERM, signal.SIG_DFL)
-    os.setpgrp()
 
 
 class Stack:
@@ -93,18 +88,13 @@ class Stack:
                 cwd=PROJECT_ROOT,
                 stdout=log,
                 stderr=subprocess.STDOUT,
-                preexec_fn=_reset_signals,
+                preexec_fn=reset_signals,
             )
 
     def stop(self) -> None:
-        if self.process is None or self.process.poll() is not None:
-            return
-        os.killpg(self.process.pid, signal.SIGTERM)
-        try:
-            self.process.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            os.killpg(self.process.pid, signal.SIGKILL)
-            self.process.wait()
+        """The daemon's whole group: its code server too, which outlived a daemon stopped alone."""
+        if self.process is not None:
+            stop_group(self.process)
 
     def counts(self) -> dict[str, int]:
         with session_scope(self.engine) as session:

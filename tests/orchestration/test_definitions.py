@@ -48,6 +48,7 @@ def test_the_embedded_instance_config_is_valid_and_sets_what_dispatch_relies_on(
     assert not instance.telemetry_enabled
     assert instance.get_concurrency_config().pool_config.pool_granularity.value == "run"
     assert instance.run_coordinator.dequeue_interval_seconds == 1  # type: ignore[attr-defined]
+    assert instance.run_coordinator.dequeue_use_threads  # type: ignore[attr-defined]
 
 
 @pytest.mark.slow
