@@ -88,8 +88,8 @@ def measured_seconds_per_card(session: Session) -> float | None:
 
     A batch's time runs from the moment its run took it to its end, Stage C and Stage D, so it leaves
     out the run's start-up. Weighting by cards lets big batches speak for the rate: a trickle's
-    one-card batches are mostly each batch's fixed cost (a third of a second here), and by count they
-    would make the next backlog's batches a tenth of their size. The median still shrugs off a batch
+    one-card batches are mostly each batch's fixed cost (about half a second here), and by count they
+    would make the next backlog's batches a fifth of their size. The median still shrugs off a batch
     stopped early by a trip or stuck on a slow host, unless it holds half of the cards measured."""
     rows = session.execute(history_query()).all()
     rates = sorted(
