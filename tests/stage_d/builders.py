@@ -32,12 +32,12 @@ class CatalogueBuilder:
 
     def printing(self, name: str, code: str, number: str, *, lang: str = "en", artist: str | None = "Ann Artist",
                  border: str | None = "black", frame: str | None = "2015", released: date | None = None,
-                 art_phash: int | None = None) -> int:
+                 art_phash: int | None = None, printed_name: str | None = None) -> int:
         exp_id = self.expansion(code)
         with Session(self.engine) as s, s.begin():
             p = Printing(expansion_id=exp_id, name=name, normalized_name=normalize_name(name),
                          collector_number=number, lang=lang, artist=artist, border_color=border, frame=frame,
-                         layout="normal", released_at=released, art_phash=art_phash)
+                         layout="normal", released_at=released, art_phash=art_phash, printed_name=printed_name)
             s.add(p)
             s.flush()
             return p.id

@@ -233,3 +233,20 @@ def test_identical_non_image_bytes_do_not_pool(engine: sa.Engine) -> None:
         cast_human_vote(engine, second, fdn, user=user)
     assert card_state(engine, first)[:2] == ("resolved", dmu)
     assert card_state(engine, second)[:2] == ("resolved", fdn)
+
+
+def test_an_upload_by_its_printed_name_gets_the_printing_in_that_language(engine: sa.Engine) -> None:
+    """No language read on the card: ``Blitzschlag`` is the German Lightning Bolt, ``Lightning Bolt``
+    the English one, at the same set code and number (the name index keeps only the printed name's
+    language where the slot has one, so the join key sees one candidate)."""
+    b = CatalogueBuilder(engine)
+    english = b.printing("Lightning Bolt", "m10", "146")
+    german = b.printing("Lightning Bolt", "m10", "146", lang="de", printed_name="Blitzschlag")
+    line = dict(collector_set_code="m10", collector_number="146", collector_language=None)
+    by_german_name = b.card("Blitzschlag", evidence=line)
+    by_english_name = b.card("Lightning Bolt", evidence=line)
+    run_stage_d(engine, None, run_id="run-lang")
+    assert [v for v in votes(engine) if v[1] == A.JOIN_KEY_AGENT] == [
+        (by_german_name, A.JOIN_KEY_AGENT, german, False, "ocr"),
+        (by_english_name, A.JOIN_KEY_AGENT, english, False, "ocr"),
+    ]
