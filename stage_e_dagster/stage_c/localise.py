@@ -155,11 +155,11 @@ def _edge_maps(small: np.ndarray) -> list[np.ndarray]:
 def _candidates(small: np.ndarray) -> list[_Candidate]:
     frame_area = float(small.shape[0] * small.shape[1])
     maps = _edge_maps(small)
-    contours = [c for edges in maps
-                for c in cv2.findContours(edges, cv2.RETR_LIST, cv2.CHAIN_APPROX_SIMPLE)[0]]
     found: list[_Candidate] = []
     if any(float((edges > 0).mean()) > MAX_EDGE_DENSITY for edges in maps):
         return found  # noise or fine texture: its edge blob is the whole frame, not a card
+    contours = [c for edges in maps
+                for c in cv2.findContours(edges, cv2.RETR_LIST, cv2.CHAIN_APPROX_SIMPLE)[0]]
     for contour in contours:
         hull = cv2.convexHull(contour)
         hull_area = float(cv2.contourArea(hull))
@@ -226,17 +226,15 @@ def localise_card(image: Image.Image) -> Localised:
     best = max(candidates, key=lambda c: c.score, default=None)
 
     if best is not None and best.score >= CONFIDENCE_BAR:
-        # Card corners (top-left, top-right, bottom-right, bottom-left) before the 180-degree check.
-        corners = best.corners / scale
+        # Card corners (top-left, top-right, bottom-right, bottom-left) in the search copy.
         small_corners = best.corners
         if best.portrait:
             rotation = 0
         else:  # the card's top points to the image's right: turn it back a quarter
-            corners, small_corners, rotation = np.roll(corners, -1, axis=0), np.roll(small_corners, -1, axis=0), 270
+            small_corners, rotation = np.roll(small_corners, -1, axis=0), 270
         aspect = TRIM_ASPECT if best.bleed_class == "trimmed" else BLEED_ASPECT
-        small_corners, new_rotation = _upright(small_corners, rotation, small, aspect)
-        if new_rotation != rotation:
-            corners, rotation = np.roll(corners, 2, axis=0), new_rotation
+        small_corners, rotation = _upright(small_corners, rotation, small, aspect)
+        corners = small_corners / scale
         horizontal, vertical = _side_lengths(corners)
         card_h = max(1, round(max(vertical, horizontal)))
         card = _warp(source, corners, (max(1, round(card_h * aspect)), card_h))

@@ -22,6 +22,7 @@ from PIL import Image, ImageFilter, ImageOps
 
 from .parse import (
     NUMBER_SLASH,
+    SET_CODE_DIRECT,
     CollectorParse,
     copyright_line_number,
     parse_artist,
@@ -280,7 +281,7 @@ def _usable(parse: CollectorParse, lexicon: frozenset[str] | None) -> bool:
     """
     if parse.collector_number is None or not parse.number_complete:
         return False
-    if parse.number_is_weak and not (parse.set_code_known and parse.set_code_source == "direct"):
+    if parse.number_is_weak and not (parse.set_code_known and parse.set_code_source == SET_CODE_DIRECT):
         return False
     return parse.set_code is None or lexicon is None or parse.set_code_known
 

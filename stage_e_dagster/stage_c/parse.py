@@ -29,7 +29,7 @@ _SLASH = re.compile(
     rf"(?<![0-9A-Za-z])(?:[{_GLUED_LETTERS}]{{1,4}}(?=[0-9]))?[*\u2605]?"
     r"((?:[0-9OoIlSB] ?){0,3}[0-9OoIlSB][a-z]?)\s*[/|\\]\s*([0-9OoIlSB]{1,4})"
 )
-_RARITY_FIRST = re.compile(rf"(?<![0-9A-Za-z])[{RARITY_LETTERS}]\s*[^\sA-Za-z0-9]?\s*([0-9OoIlSB]{{3,5}}[a-z]?)\b")
+RARITY_NUMBER = re.compile(rf"(?<![0-9A-Za-z])[{RARITY_LETTERS}]\s*[^\sA-Za-z0-9]?\s*([0-9OoIlSB]{{3,5}}[a-z]?)\b")
 _BARE_NUMBER = re.compile(r"(?<![0-9A-Za-z/])[*\u2605]?([0-9]{1,4}[a-z]?)(?![0-9/])")
 # A language code is a whole token ("FRF" and "DEN" are set codes), or glued to a bullet misread as e/o/a.
 _LANG = re.compile(
@@ -58,7 +58,7 @@ _GLUED = re.compile(r"(?<=[a-z])(?=[A-Z][a-z])")
 _CONFUSIONS = {"0": "od", "o": "0dq", "d": "o", "q": "o", "1": "il", "i": "1l", "l": "1i", "5": "s",
                "s": "5", "8": "b", "b": "8e", "2": "z", "z": "2", "6": "g", "g": "6c", "c": "g", "e": "fb",
                "f": "e", "u": "v", "v": "u", "p": "r", "r": "p"}
-_DIGIT_FIX = str.maketrans({"O": "0", "o": "0", "I": "1", "l": "1", "S": "5", "B": "8"})
+DIGIT_LOOKALIKES = str.maketrans({"O": "0", "o": "0", "I": "1", "l": "1", "S": "5", "B": "8"})
 _BULLET_MISREADS = set("eo*«»·.,:;-+°™'\"")
 
 
@@ -136,11 +136,11 @@ def parse_collector_lines(text: str, lexicon: frozenset[str] | None) -> Collecto
     if match is not None:
         number_source = NUMBER_SLASH
     else:
-        match = _RARITY_FIRST.search(text)
+        match = RARITY_NUMBER.search(text)
         complete = match is None or len(match.group(1).rstrip("abcdefghijklmnopqrstuvwxyz")) == 4
         number_source = NUMBER_RARITY if match else None
     if match:
-        number = match.group(1).replace(" ", "").translate(_DIGIT_FIX)
+        number = match.group(1).replace(" ", "").translate(DIGIT_LOOKALIKES)
     else:
         for line in text.splitlines():
             if _LANG.search(line) or _YEAR_MARKED.search(line):
@@ -190,7 +190,7 @@ def copyright_line_number(text: str) -> str | None:
             continue
         slash = _SLASH.search(line, marked.end())
         if slash:
-            return normalize_number(slash.group(1).replace(" ", "").translate(_DIGIT_FIX))
+            return normalize_number(slash.group(1).replace(" ", "").translate(DIGIT_LOOKALIKES))
     return None
 
 

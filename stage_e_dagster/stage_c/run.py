@@ -166,6 +166,7 @@ def run_stage_c(engine: sa.Engine, card_ids: Sequence[int] | None, *, writer: st
     """
     if lexicon is None:
         lexicon = known_set_codes(engine)
+    note = on_card or _ignore
     report = StageCReport()
     cards = FetchAhead(_iter_cards(engine, card_ids, report), fetcher, depth=fetch_ahead,
                        wanted=lambda view: view.stage_c_pending)
@@ -182,19 +183,19 @@ def run_stage_c(engine: sa.Engine, card_ids: Sequence[int] | None, *, writer: st
             cards.start(None if limit is None else limit - report.attempted)
             try:
                 _process_card(engine, view, report, writer=writer, run_id=run_id, fetcher=cards,  # type: ignore[arg-type]
-                              lexicon=lexicon, retry_budget=retry_budget, note=on_card or _ignore)
+                              lexicon=lexicon, retry_budget=retry_budget, note=note)
             finally:
                 if progress is not None:
                     progress(1)
             unused = cards.unused_lockout()
             if unused is not None and report.lockout is None:
-                _lockout_met_ahead(engine, view, unused, report, run_id=run_id, note=on_card or _ignore)
+                _lockout_met_ahead(engine, view, unused, report, run_id=run_id, note=note)
             if report.lockout is not None:
                 break
     finally:
         met_ahead = cards.close()
     if met_ahead and report.lockout is None:
-        _lockout_met_ahead(engine, *met_ahead[0], report, run_id=run_id, note=on_card or _ignore)
+        _lockout_met_ahead(engine, *met_ahead[0], report, run_id=run_id, note=note)
     if (report.lockout is not None or stopped) and card_ids is not None:
         report.deferred_card_ids.extend(view.id for view in cards)
     return report

@@ -6,15 +6,16 @@ from dataclasses import dataclass, field
 from difflib import SequenceMatcher
 from typing import Any, Sequence
 
+from ..stage_c.localise import LAYOUT_CONFIDENCE_BAR
 from . import agents as A
 from .agents import OUTCOME_NO_MATCH, OUTCOME_VOTE
 
 ARTIST_MATCH_RATIO = 0.8
 BORDER_VOCABULARY = frozenset({"black", "white", "silver", "borderless", "gold"})
 # A border reading counts against a match only when Stage C is this sure it read the card itself
-# (its ``layout_confidence``; Stage C's own bar for "the quad is the card" is the same 0.5). Below
+# (its ``layout_confidence``, against Stage C's own bar for "the quad is the card", 0.5). Below
 # it, or with no confidence recorded, the reading may be the table, sleeve or top-loader.
-BORDER_VETO_CONFIDENCE = 0.5
+BORDER_VETO_CONFIDENCE = LAYOUT_CONFIDENCE_BAR
 
 
 @dataclass(frozen=True)
@@ -80,3 +81,13 @@ def unusable_evidence(evidence: Any, candidates: Sequence[Any]) -> Decision | No
     if not candidates:
         return abstain(A.NO_CANDIDATES)
     return None
+
+
+def read_set_code(evidence: Any) -> str | None:
+    """The collector line's set code as the calculators compare it: lower case, None when unread."""
+    return (getattr(evidence, "collector_set_code", None) or "").strip().lower() or None
+
+
+def at_collector_line(candidates: Sequence[Any], number: str, set_code: str | None) -> list[Any]:
+    """The candidates at the collector line's (normalised) number, and at its set code when one was read."""
+    return [c for c in candidates if c.number_key == number and (set_code is None or c.set_code == set_code)]

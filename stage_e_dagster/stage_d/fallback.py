@@ -18,8 +18,10 @@ from .decision import (
     Decision,
     abstain,
     artist_ratio,
+    at_collector_line,
     border_known,
     confident_border,
+    read_set_code,
     unusable_evidence,
     vote,
 )
@@ -76,5 +78,4 @@ def collector_line_points_to(evidence: Any, candidates: Sequence[PrintingFacts])
     number = normalize_collector_number(getattr(evidence, "collector_number", None))
     if not number:
         return set()
-    code = (getattr(evidence, "collector_set_code", None) or "").strip().lower() or None
-    return {c.id for c in candidates if c.number_key == number and (code is None or c.set_code == code)}
+    return {c.id for c in at_collector_line(candidates, number, read_set_code(evidence))}

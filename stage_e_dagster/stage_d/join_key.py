@@ -19,9 +19,11 @@ from .decision import (
     Decision,
     abstain,
     artist_ratio,
+    at_collector_line,
     border_known,
     confident_border,
     no_match,
+    read_set_code,
     unusable_evidence,
     vote,
 )
@@ -53,13 +55,13 @@ def decide_join_key(
     number = normalize_collector_number(evidence.collector_number)
     if not number:
         return abstain(A.NO_TEXT)
-    set_code = (evidence.collector_set_code or "").strip().lower() or None
+    set_code = read_set_code(evidence)
     read = {"set_code": set_code, "number": number}
     reading = read_collector(evidence)
     if not reading.number_in_collector_form and not (set_code and reading.set_code_as_printed):
         return abstain(A.WEAK_READING, **read)
 
-    hits = [c for c in candidates if c.number_key == number and (set_code is None or c.set_code == set_code)]
+    hits = at_collector_line(candidates, number, set_code)
     lang = (evidence.collector_language or "").strip().lower() or None
     if hits and lang:
         same_lang = [c for c in hits if c.lang == lang]

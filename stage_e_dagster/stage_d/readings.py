@@ -3,8 +3,9 @@
 Stage C stores the parse together with the raw text and word boxes of the read that produced it.
 Looking back at that text tells a set code printed as read from one repaired through look-alike
 glyphs, a number printed in a collector form ("041/281", "C 0100") from a bare number that frame
-junk reads like, and a marked copyright year from a stray one. Stages do not import each other, so
-the few patterns needed here are kept small and local.
+junk reads like, and a marked copyright year from a stray one. The digit look-alikes and the
+rarity-then-number pattern are Stage C's own; the slash and year patterns here are simpler than
+Stage C's (no glued-letter prefix, no word boundaries), as they only look for a form in the text.
 """
 
 from __future__ import annotations
@@ -13,14 +14,14 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
+from ..stage_c.parse import DIGIT_LOOKALIKES, RARITY_NUMBER
+
 # Tesseract word confidence (0-100) at which one read of a set code counts as confirmed.
 STRONG_WORD_CONFIDENCE = 90.0
 # Bullets that OCR glues to the end of a set code ("DMUe EN").
 _BULLET_LETTERS = "eoa"
 _TOKEN = re.compile(r"[A-Za-z0-9]+")
-_DIGIT_FIX = str.maketrans({"O": "0", "o": "0", "I": "1", "l": "1", "S": "5", "B": "8"})
 _SLASH_NUMBER = re.compile(r"((?:[0-9OoIlSB] ?){0,3}[0-9OoIlSB][a-z]?)\s*[/|\\]\s*[0-9OoIlSB]{1,4}")
-_RARITY_NUMBER = re.compile(r"(?<![0-9A-Za-z])[CURMSLTPB]\s*[^\sA-Za-z0-9]?\s*([0-9OoIlSB]{3,5}[a-z]?)\b")
 _MARKED_YEAR = re.compile(r"(?:\u00a9|\(c\)|\bc\)|copyright|&)\s*(?:(?:19|20)\d{2}\s*[-\u2013]\s*)?((?:19|20)\d{2})",
                           re.IGNORECASE)
 
@@ -51,7 +52,7 @@ def _holds_code(text: str, code: str) -> bool:
 
 
 def _number_key(raw: str) -> str:
-    return raw.replace(" ", "").translate(_DIGIT_FIX).lower().lstrip("0") or "0"
+    return raw.replace(" ", "").translate(DIGIT_LOOKALIKES).lower().lstrip("0") or "0"
 
 
 def read_collector(evidence: Any) -> CollectorReading:
@@ -68,7 +69,7 @@ def read_collector(evidence: Any) -> CollectorReading:
         confidence = max(confs) if confs else None
     collector_form = number is not None and any(
         _number_key(m.group(1)) == number
-        for pattern in (_SLASH_NUMBER, _RARITY_NUMBER) for m in pattern.finditer(text)
+        for pattern in (_SLASH_NUMBER, RARITY_NUMBER) for m in pattern.finditer(text)
     )
     return CollectorReading(as_printed, confidence, collector_form)
 
