@@ -35,7 +35,7 @@ import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
 
-from stage_e_dagster.process_groups import group_alive, reset_signals, signal_group
+from stage_e_dagster.process_groups import group_alive, reset_signals, stop_pgid
 
 PROJECT_ROOT = Path(__file__).resolve().parents[1]
 POSTGRES_INSTANCE_YAML = PROJECT_ROOT / "deploy" / "dagster.postgres.yaml"
@@ -144,14 +144,7 @@ class Topology:
         if pid is None:
             self.pid_file(service).unlink(missing_ok=True)
             return False
-        signal_group(pid, signal.SIGTERM)
-        deadline = time.monotonic() + timeout_s
-        while group_alive(pid) and time.monotonic() < deadline:
-            time.sleep(0.2)
-        if group_alive(pid):
-            signal_group(pid, signal.SIGKILL)
-            while group_alive(pid):
-                time.sleep(0.1)
+        stop_pgid(pid, timeout_s)
         self.pid_file(service).unlink(missing_ok=True)
         return True
 

@@ -8,6 +8,7 @@ Dagster processes (the demo, ``scripts/topology.py``, the benchmarks) stops whol
 
 from __future__ import annotations
 
+import math
 import os
 import signal
 import subprocess
@@ -49,15 +50,28 @@ def wait_group_gone(pgid: int, timeout_s: float) -> bool:
     return True
 
 
+def stop_pgid(pgid: int, timeout_s: float = 30.0) -> None:
+    """SIGTERM a group this process did not start (nothing of it to reap), SIGKILL whatever is left
+    after ``timeout_s``, and wait until it is empty."""
+    signal_group(pgid, signal.SIGTERM)
+    kill_what_is_left(pgid, timeout_s, after_kill_s=math.inf)
+
+
 def stop_group(leader: subprocess.Popen[bytes], timeout_s: float = 30.0) -> None:
     """SIGTERM a child's whole group, reap the child, and wait for every other member (a daemon's
-    code server, a run worker still writing); SIGKILL whatever is left after ``timeout_s``."""
+    code server, a run worker still writing); SIGKILL whatever is left after ``timeout_s``. The
+    child is reaped first: until then it stays in the group as a zombie."""
     signal_group(leader.pid, signal.SIGTERM)
     try:
         leader.wait(timeout=timeout_s)
     except subprocess.TimeoutExpired:
         signal_group(leader.pid, signal.SIGKILL)
         leader.wait()
-    if not wait_group_gone(leader.pid, timeout_s):
-        signal_group(leader.pid, signal.SIGKILL)
-        wait_group_gone(leader.pid, timeout_s)
+    kill_what_is_left(leader.pid, timeout_s, after_kill_s=timeout_s)
+
+
+def kill_what_is_left(pgid: int, timeout_s: float, *, after_kill_s: float) -> None:
+    """Wait up to ``timeout_s`` for the group to empty; SIGKILL what is left and wait ``after_kill_s``."""
+    if not wait_group_gone(pgid, timeout_s):
+        signal_group(pgid, signal.SIGKILL)
+        wait_group_gone(pgid, after_kill_s)

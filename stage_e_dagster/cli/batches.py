@@ -14,7 +14,7 @@ from ..catalog.models import MicroBatch
 from ..defs.instance import open_instance
 from ..defs.retention import prune_batches
 from .context import catalog_engine, settings
-from .output import print_json, print_table, table
+from .output import clipped, print_json, print_table, table
 
 app = typer.Typer(help="Micro-batches: the catalogue side of the dynamic partitions.", no_args_is_help=True,
                   rich_markup_mode=None)
@@ -69,7 +69,7 @@ def list_command(
         row = [b["batch_key"], b["status"], b["trigger_reason"], str(b["attempt"]), str(b["card_count"]),
                b["created_at"][:19].replace("T", " ")]
         failure = b["failure_reason"] or ""
-        row += [b["run_id"] or "", failure] if wide else [failure if len(failure) <= 60 else failure[:59] + "…"]
+        row += [b["run_id"] or "", failure] if wide else [clipped(failure)]
         grid.add_row(*row)
     print_table(grid)
 

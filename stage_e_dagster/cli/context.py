@@ -14,11 +14,6 @@ def settings() -> Settings:
     return load_settings()
 
 
-def safe_url(url: str) -> str:
-    """The URL with its password masked, fit for output (it need not parse)."""
-    return masked_url(url)
-
-
 def catalog_engine(cfg: Settings | None = None, *, require_schema: bool = True) -> sa.Engine:
     """The catalogue engine; refuses with one line when the schema is missing or behind."""
     cfg = cfg or settings()
@@ -27,10 +22,10 @@ def catalog_engine(cfg: Settings | None = None, *, require_schema: bool = True) 
         try:
             current = current_revision(engine)
         except sa.exc.OperationalError as exc:
-            raise CliError(f"cannot reach the catalogue at {safe_url(cfg.database_url)}: {exc.orig}") from exc
+            raise CliError(f"cannot reach the catalogue at {masked_url(cfg.database_url)}: {exc.orig}") from exc
         if current != head_revision():
             raise CliError(
-                f"the catalogue at {safe_url(cfg.database_url)} is at schema {current or 'empty'}, "
+                f"the catalogue at {masked_url(cfg.database_url)} is at schema {current or 'empty'}, "
                 f"not {head_revision()}: run `stage-e db upgrade`"
             )
     return engine

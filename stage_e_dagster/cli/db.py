@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import typer
 
+from ..catalog.engine import masked_url
 from ..catalog.migrate import current_revision, head_revision, schema_drift
 from ..catalog.migrate import upgrade as run_upgrade
-from .context import catalog_engine, safe_url, settings
+from .context import catalog_engine, settings
 from .errors import CliError
 
 app = typer.Typer(help="Catalogue database schema.", no_args_is_help=True, rich_markup_mode=None)
@@ -21,9 +22,9 @@ def upgrade() -> None:
     run_upgrade(engine)
     after = current_revision(engine)
     if before == after:
-        typer.echo(f"catalogue {safe_url(cfg.database_url)} already at {after}")
+        typer.echo(f"catalogue {masked_url(cfg.database_url)} already at {after}")
     else:
-        typer.echo(f"catalogue {safe_url(cfg.database_url)} upgraded {before or 'empty'} -> {after}")
+        typer.echo(f"catalogue {masked_url(cfg.database_url)} upgraded {before or 'empty'} -> {after}")
 
 
 @app.command()

@@ -30,7 +30,7 @@ from ..defs.instance import dagster_home
 from ..evaluation.labels import load_labels
 from ..evaluation.stage_c import evaluate_stage_c
 from ..evaluation.stage_d import evaluate_stage_d
-from ..process_groups import reset_signals, wait_group_gone
+from ..process_groups import kill_what_is_left, reset_signals, signal_group, wait_group_gone
 from ..settings import Settings
 from .context import catalog_engine, settings
 from .errors import CliError
@@ -113,16 +113,9 @@ def stop_process_group(proc: subprocess.Popen[bytes], *, grace_s: float = STOP_G
             proc.wait(timeout=grace_s)
         except subprocess.TimeoutExpired:
             pass
-    drain_s = DRAIN_S
-    for sig, wait_s in ((signal.SIGTERM, 10.0), (signal.SIGKILL, 10.0)):
-        if wait_group_gone(pgid, drain_s):
-            break
-        drain_s = 0.0
-        try:
-            os.killpg(pgid, sig)
-        except ProcessLookupError:
-            break
-        wait_group_gone(pgid, wait_s)
+    if not wait_group_gone(pgid, DRAIN_S):
+        signal_group(pgid, signal.SIGTERM)
+        kill_what_is_left(pgid, 10.0, after_kill_s=10.0)
     if proc.poll() is None:
         proc.wait()
 

@@ -11,7 +11,7 @@ from ..defs.instance import open_instance
 from ..defs.ledger import cards_per_hour, ledger_entries
 from .context import settings
 from .errors import CliError
-from .output import print_json, print_table, table
+from .output import clipped, print_json, print_table, table
 
 # The default table: what an operator scans at 80 columns; ``--wide`` adds the rest of the ledger.
 SHOWN = ("card_count", "stage_c_completed", "stage_c_fetch_failures", "consensus_changed", "elapsed_s")
@@ -93,7 +93,7 @@ def ledger(
         note = str(f.get("failure_reason") or f.get("lockout_trip_id") or f.get("envelope_trip_id") or "")
         row = [e.batch_key, e.status, str(f.get("trigger_reason", "")), str(f.get("attempt", "")),
                *(str(f.get(k, "")) for k in shown)]
-        row += [note, e.run_id or ""] if wide else [note if len(note) <= 60 else note[:59] + "…"]
+        row += [note, e.run_id or ""] if wide else [clipped(note)]
         grid.add_row(*row)
     print_table(grid)
     typer.echo(f"{len(entries)} batches; " + (f"{rate:.0f} cards per hour" if rate else "no completed batch yet"))

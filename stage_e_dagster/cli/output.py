@@ -28,6 +28,11 @@ def percent(fraction: float | None) -> str:
     return "-" if fraction is None else f"{100 * fraction:.1f}%"
 
 
+def clipped(text: str, width: int = 60) -> str:
+    """``text`` cut to ``width`` characters with an ellipsis, for a default-width table cell."""
+    return text if len(text) <= width else text[:width - 1] + "\u2026"
+
+
 def table(*columns: str, ids: tuple[str, ...] = ()) -> Table:
     """A table whose ``ids`` columns keep every character on one line, whatever the terminal width.
 

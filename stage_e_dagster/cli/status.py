@@ -13,7 +13,7 @@ from sqlalchemy.orm import Session
 
 from ..catalog.backlog import STAGE_C_PENDING, STAGE_D_PENDING, backlog_count, oldest_waiting_since
 from ..catalog.base import utcnow
-from ..catalog.engine import session_scope
+from ..catalog.engine import masked_url, session_scope
 from ..catalog.heartbeats import (
     MIN_COUNTED_INTERVAL_S,
     STALE_AFTER_INTERVALS,
@@ -28,7 +28,7 @@ from ..envelope.fetch_window import window_counts
 from ..envelope.signals import host_load
 from ..envelope.trips import current_open_trip
 from ..settings import Settings
-from .context import catalog_engine, safe_url, settings
+from .context import catalog_engine, settings
 from .trips import trip_dict
 
 
@@ -82,7 +82,7 @@ def collect_status() -> dict[str, Any]:
         ).scalar_one_or_none()
         return {
             "streaming_enabled": cfg.streaming_enabled,
-            "database": safe_url(cfg.database_url),
+            "database": masked_url(cfg.database_url),
             "open_trip": trip_dict(trip) if trip else None,
             "stage_c_backlog": backlog_count(session, STAGE_C_PENDING),
             "stage_d_backlog": backlog_count(session, STAGE_D_PENDING),
