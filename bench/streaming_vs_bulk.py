@@ -161,13 +161,11 @@ def wait_until(done: Callable[[], bool], daemon: subprocess.Popen[bytes], log: P
         time.sleep(POLL_S)
 
 
-def last_dispatch_tick(url: str) -> float | None:
+def last_dispatch_tick(engine: sa.Engine) -> float | None:
     """When the dispatch sensor of new cards last ticked (its heartbeat row), as a Unix time."""
-    engine = plain_engine(url)
     with engine.connect() as conn:
         ticked = conn.execute(sa.text("SELECT ticked_at FROM sensor_heartbeats WHERE sensor_name = :name"),
                               {"name": "card_created_sensor"}).scalar_one_or_none()
-    engine.dispose()
     if ticked is None:
         return None
     ticked = datetime.fromisoformat(ticked) if isinstance(ticked, str) else ticked
@@ -184,12 +182,12 @@ def drain_with_daemon(side: Side, folder: Path, timeout_s: float, trickle: list[
     log = folder / f"{side.name}-daemon.log"
     daemon_started = time.time()
     with running_daemon(side.env, log) as daemon:
-        wait_until(lambda: last_dispatch_tick(side.url) is not None, daemon, log, 300, "first dispatch tick")
-        first_tick = last_dispatch_tick(side.url)
+        wait_until(lambda: last_dispatch_tick(reader) is not None, daemon, log, 300, "first dispatch tick")
+        first_tick = last_dispatch_tick(reader)
         boot = first_tick - daemon_started  # type: ignore[operator]
         # An importer commits at any moment of the sensor daemon's pass: the commit goes in half a
         # pass after a tick, the mean wait for such a commit (right after one would be the worst case).
-        wait_until(lambda: last_dispatch_tick(side.url) != first_tick, daemon, log, 60, "second dispatch tick")
+        wait_until(lambda: last_dispatch_tick(reader) != first_tick, daemon, log, 60, "second dispatch tick")
         time.sleep(SENSOR_PASS_S / 2)
         with reader.begin() as conn:
             conn.execute(INSERT_CARD, rows)

@@ -49,14 +49,15 @@ def sqlite_engine(sqlite_url: str) -> Iterator[sa.Engine]:
     engine.dispose()
 
 
-def _server_engine() -> sa.Engine:
+def pg_server_engine() -> sa.Engine:
+    """The local PostgreSQL server, outside any transaction (CREATE and DROP DATABASE, roles)."""
     return sa.create_engine(PG_SERVER_URL, isolation_level="AUTOCOMMIT")
 
 
 def create_pg_database(prefix: str = "stage_e_test", *, migrate: bool = True) -> str:
     """Create a new PostgreSQL database (migrated to head unless told not to); return its URL."""
     name = f"{prefix}_{uuid.uuid4().hex[:10]}"
-    server = _server_engine()
+    server = pg_server_engine()
     with server.connect() as conn:
         conn.execute(sa.text(f'CREATE DATABASE "{name}"'))
     server.dispose()
@@ -70,7 +71,7 @@ def create_pg_database(prefix: str = "stage_e_test", *, migrate: bool = True) ->
 
 def drop_pg_database(url: str) -> None:
     name = sa.make_url(url).database
-    server = _server_engine()
+    server = pg_server_engine()
     with server.connect() as conn:
         conn.execute(sa.text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
     server.dispose()

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import http.server
 import shutil
+import socket
 import threading
 import time
 from dataclasses import dataclass, field
@@ -31,6 +32,13 @@ from stage_e_dagster.defs.partitions import micro_batches
 from stage_e_dagster.defs.resources import StageEResource
 
 INSTANCE_OVERRIDES = {"concurrency": {"pools": {"granularity": "run", "default_limit": 2}}}
+
+
+def free_port() -> int:
+    """A TCP port on 127.0.0.1 that nothing listens on right now."""
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
 
 
 @pytest.fixture(scope="session")

@@ -4,7 +4,6 @@ automation's launch refuses and the trip stays open; a wrong trip id is a named 
 from __future__ import annotations
 
 import json
-import socket
 import subprocess
 import urllib.request
 from pathlib import Path
@@ -22,7 +21,7 @@ from stage_e_dagster.defs.instance import PROJECT_ROOT, WORKSPACE_YAML
 from stage_e_dagster.envelope.trips import acknowledge_trip, current_open_trip, open_trip
 from stage_e_dagster.process_groups import reset_signals, stop_group
 
-from .conftest import Pipeline
+from .conftest import Pipeline, free_port
 from .test_daemon import BIN, Stack
 from .test_streaming import skip_text
 
@@ -178,9 +177,7 @@ class Webserver:
     """``dagster-webserver`` on the stack's instance and workspace, queried as the UI queries it."""
 
     def __init__(self, env: dict[str, str], log: Path) -> None:
-        with socket.socket() as probe:
-            probe.bind(("127.0.0.1", 0))
-            self.port = probe.getsockname()[1]
+        self.port = free_port()
         with open(log, "ab") as out:
             self.process = subprocess.Popen(
                 [str(BIN / "dagster-webserver"), "-w", str(WORKSPACE_YAML), "-h", "127.0.0.1", "-p", str(self.port)],

@@ -15,6 +15,8 @@ from pathlib import Path
 import psutil
 import pytest
 
+from .conftest import free_port
+
 STAGE_E = str(Path(sys.executable).parent / "stage-e")
 
 
@@ -39,15 +41,9 @@ def test_headless_demo_runs_until_idle_and_exits_zero(tmp_path: Path) -> None:
     assert '"stage_c_backlog": 0' in status.stdout and '"streaming_enabled": false' in status.stdout
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 @pytest.mark.slow
 def test_ui_demo_serves_the_ui_and_stops_on_sigterm(tmp_path: Path) -> None:
-    port = _free_port()
+    port = free_port()
     proc = subprocess.Popen(
         [STAGE_E, "demo", "--cards", "4", "--port", str(port)],
         env=_env(tmp_path),
@@ -105,7 +101,7 @@ def _wait_for_ui(proc: subprocess.Popen[bytes], port: int, timeout_s: float) -> 
 
 @pytest.mark.slow
 def test_ui_demo_stops_every_child_on_ctrl_c_without_a_traceback(tmp_path: Path) -> None:
-    port = _free_port()
+    port = free_port()
     log = tmp_path / "demo.log"
     with open(log, "wb") as out:
         proc = subprocess.Popen([STAGE_E, "demo", "--cards", "4", "--port", str(port)], env=_env(tmp_path),

@@ -19,6 +19,7 @@ from stage_e_dagster.envelope.fetch_window import record_fetch_outcome
 from stage_e_dagster.envelope.trips import acknowledge_trip, open_trip
 
 from .conftest import ImageServer, Pipeline
+from .test_dispatch_invariants import serve_over_http
 
 TRIP_CHECK = AssetCheckKey(asset_key=ENVELOPE_KEY, name=NO_OPEN_TRIP)
 BATCH_CHECK = AssetCheckKey(asset_key=AssetKey("stage_c_evidence"), name=STAGE_C_BATCH_CLEAN)
@@ -164,17 +165,6 @@ def test_executing_the_check_from_the_ui_gives_the_sensors_answer(pipeline: Pipe
     assert not result.passed and result.metadata["trip_id"].value == trip_id
 
 
-def serve_over_http(pipeline: Pipeline, server: ImageServer) -> list[str]:
-    """Point every card at the image server; returns the image names in card id order."""
-    names = []
-    with pipeline.engine.begin() as conn:
-        for card_id, locator in conn.execute(sa.select(Card.id, Card.image_locator).order_by(Card.id)).all():
-            name = locator.split("/corpus/", 1)[1]
-            names.append(name)
-            conn.execute(sa.update(Card).where(Card.id == card_id).values(image_locator=f"{server.base}/{name}"))
-    return names
-
-
 def batch_check_of_run(pipeline: Pipeline, run_id: str):  # type: ignore[no-untyped-def]
     records = pipeline.instance.event_log_storage.get_asset_check_execution_history(BATCH_CHECK, limit=20)
     [record] = [r for r in records if r.run_id == run_id]
@@ -185,7 +175,7 @@ def test_a_batch_with_a_failed_fetch_warns_and_a_clean_batch_passes(
     pipeline: Pipeline, image_server: ImageServer, monkeypatch
 ) -> None:
     monkeypatch.setenv("STAGE_E_MICRO_BATCH_SIZE", "5")
-    names = serve_over_http(pipeline, image_server)
+    names = [name for _, name in serve_over_http(pipeline, image_server)]
     image_server.status[names[1]] = 500  # the host fails one card of the first batch
     first, second = pipeline.tick("card_created_sensor").run_requests
     dirty = pipeline.run(first.partition_key, tags=dict(first.tags))

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -23,7 +22,7 @@ from dagster import AssetsDefinition, DagsterEventType, DagsterInstance, Dagster
 from stage_e_dagster.defs.partitions import micro_batches
 from stage_e_dagster.defs.run_failures import MAX_REASON_CHARS, WORKER_DIED, failure_reason_of
 
-from .conftest import Pipeline
+from .conftest import Pipeline, free_port
 
 BIN = Path(sys.executable).parent
 
@@ -148,12 +147,6 @@ run_coordinator:
 """
 
 
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
 def _new_session() -> None:
     signal.signal(signal.SIGINT, signal.SIG_DFL)
     signal.signal(signal.SIGTERM, signal.SIG_DFL)
@@ -180,7 +173,7 @@ def code_server(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[tup
     monkeypatch.setenv("DAGSTER_HOME", str(home))
     env = {k: v for k, v in os.environ.items() if not k.startswith(("STAGE_E_", "DAGSTER_"))}
     env["DAGSTER_HOME"] = str(home)
-    port = _free_port()
+    port = free_port()
     log = open(tmp_path / "code_server.log", "ab")
     server = subprocess.Popen(
         [str(BIN / "dagster"), "api", "grpc", "-f", str(tmp_path / "killable.py"), "-a", "defs", "-p", str(port)],

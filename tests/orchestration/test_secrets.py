@@ -23,15 +23,11 @@ from stage_e_dagster.corpus.seed import seed_corpus
 from stage_e_dagster.definitions import defs
 from stage_e_dagster.defs.instance import PROJECT_ROOT
 from stage_e_dagster.defs.resources import StageEResource
-from tests.conftest import PG_SERVER_URL
+from tests.conftest import PG_SERVER_URL, pg_server_engine
 
 from .test_daemon import Stack
 
 SERVER = sa.make_url(PG_SERVER_URL)
-
-
-def _server() -> sa.Engine:
-    return sa.create_engine(PG_SERVER_URL, isolation_level="AUTOCOMMIT")
 
 
 def _url(role: str, password: str, database: str, *, port: int | None = None) -> str:
@@ -51,7 +47,7 @@ class SecretRole:
         self.dagster_db = f"{self.role}_dagster"
 
     def create(self) -> None:
-        server = _server()
+        server = pg_server_engine()
         with server.connect() as conn:
             conn.execute(sa.text(f"CREATE ROLE \"{self.role}\" LOGIN PASSWORD '{self.password}'"))
             for name in (self.catalog_db, self.dagster_db):
@@ -59,7 +55,7 @@ class SecretRole:
         server.dispose()
 
     def drop(self) -> None:
-        server = _server()
+        server = pg_server_engine()
         with server.connect() as conn:
             for name in (self.catalog_db, self.dagster_db):
                 conn.execute(sa.text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))

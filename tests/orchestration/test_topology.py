@@ -30,6 +30,7 @@ from stage_e_dagster.corpus.seed import seed_corpus
 from stage_e_dagster.defs.instance import PROJECT_ROOT
 from tests.conftest import create_pg_database, drop_pg_database
 
+from .conftest import free_port
 from .test_daemon import assert_no_duplicates
 
 pytestmark = [pytest.mark.slow, pytest.mark.postgres]
@@ -38,18 +39,12 @@ SCRIPT = PROJECT_ROOT / "scripts" / "topology.py"
 CARDS = 8
 
 
-def _free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
-
-
 class Services:
     """``scripts/topology.py`` driven as a user would, with this test's databases and images."""
 
     def __init__(self, tmp_path: Path, catalog_url: str, dagster_url: str, images: Path) -> None:
         self.dir = tmp_path / "topology"
-        self.ports = [_free_port(), _free_port()]
+        self.ports = [free_port(), free_port()]
         self.env = {k: v for k, v in os.environ.items() if not k.startswith(("STAGE_E_", "DAGSTER_"))} | {
             "DAGSTER_PG_URL": dagster_url,
             "STAGE_E_DATABASE_URL": catalog_url,
