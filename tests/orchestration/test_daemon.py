@@ -21,6 +21,7 @@ import pytest
 import sqlalchemy as sa
 from dagster import DagsterEventType, DagsterInstance, DagsterRunStatus, RunsFilter
 from dagster._core.instance.ref import InstanceRef
+from dagster._core.storage.dagster_run import IN_PROGRESS_RUN_STATUSES
 
 from stage_e_dagster.catalog.engine import make_engine, session_scope
 from stage_e_dagster.catalog.models import Card, ImageEvidence, MicroBatch, PrintingVote
@@ -72,6 +73,7 @@ class Stack:
             | (extra_env or {})
         )
         self.process: subprocess.Popen[bytes] | None = None
+        self._runs: DagsterInstance | None = None
 
     def instance(self) -> DagsterInstance:
         os.environ.update({k: v for k, v in self.env.items() if k.startswith("DAGSTER_PG")})
@@ -95,6 +97,9 @@ class Stack:
         """The daemon's whole group: its code server too, which outlived a daemon stopped alone."""
         if self.process is not None:
             stop_group(self.process)
+        if self._runs is not None:
+            self._runs.dispose()
+            self._runs = None
 
     def counts(self) -> dict[str, int]:
         with session_scope(self.engine) as session:
@@ -132,8 +137,17 @@ class Stack:
         )
 
     def idle(self) -> bool:
+        """Nothing waiting, no batch in flight, and no run still writing its records.
+
+        A batch is marked succeeded inside Stage D, a moment before its run logs the materialization:
+        the catalogue alone can look idle while the ledger is still one entry short.
+        """
         c = self.counts()
-        return c["waiting"] == 0 and c["in_flight"] == 0
+        if c["waiting"] or c["in_flight"]:
+            return False
+        if self._runs is None:
+            self._runs = self.instance()
+        return self._runs.get_runs_count(RunsFilter(statuses=IN_PROGRESS_RUN_STATUSES)) == 0
 
 
 class ConcurrencyProbe:
