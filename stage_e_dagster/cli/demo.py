@@ -19,6 +19,8 @@ from typing import Annotated
 
 import sqlalchemy as sa
 import typer
+from dagster import DagsterInstance, RunsFilter
+from dagster._core.storage.dagster_run import IN_PROGRESS_RUN_STATUSES
 from sqlalchemy.orm import Session
 
 from ..catalog.backlog import STAGE_C_PENDING, STAGE_D_PENDING, backlog_count
@@ -124,9 +126,12 @@ def _count(session: Session, model: type, *where: sa.ColumnElement[bool]) -> int
     return session.execute(sa.select(sa.func.count()).select_from(model).where(*where)).scalar_one()
 
 
-def _snapshot(engine: sa.Engine) -> dict[str, int]:
+def snapshot(engine: sa.Engine, instance: DagsterInstance) -> dict[str, int]:
+    """The catalogue's counts, and the Dagster runs not yet ended."""
+    runs = instance.get_runs_count(RunsFilter(statuses=IN_PROGRESS_RUN_STATUSES))
     with session_scope(engine) as session:
         return {
+            "runs_in_progress": runs,
             "cards": _count(session, Card),
             "stage_c_backlog": backlog_count(session, STAGE_C_PENDING),
             "stage_d_backlog": backlog_count(session, STAGE_D_PENDING),
@@ -138,6 +143,11 @@ def _snapshot(engine: sa.Engine) -> dict[str, int]:
             "resolved": _count(session, Card, Card.printing_status == "resolved"),
             "open_trips": _count(session, EnvelopeTrip, EnvelopeTrip.acknowledged_at.is_(None)),
         }
+
+
+def _has_cards(engine: sa.Engine) -> bool:
+    with session_scope(engine) as session:
+        return session.execute(sa.select(Card.id).limit(1)).first() is not None
 
 
 def _print_accuracy(engine: sa.Engine, labels_path: Path) -> None:
@@ -153,8 +163,14 @@ def _print_accuracy(engine: sa.Engine, labels_path: Path) -> None:
     )
 
 
-def _idle(snap: dict[str, int]) -> bool:
-    return snap["stage_c_backlog"] == 0 and snap["stage_d_backlog"] == 0 and snap["in_flight"] == 0
+def is_idle(snap: dict[str, int]) -> bool:
+    """Nothing waiting, no batch in flight, and every run ended.
+
+    A batch is marked succeeded inside Stage D, a moment before its run logs the materialization
+    and ends: stopping the daemon's group on the catalogue alone could kill that run and leave the
+    ledger one micro-batch short.
+    """
+    return not (snap["stage_c_backlog"] or snap["stage_d_backlog"] or snap["in_flight"] or snap["runs_in_progress"])
 
 
 def demo(
@@ -177,7 +193,7 @@ def demo(
     engine = catalog_engine(cfg, require_schema=False)
     upgrade(engine)
     corpus_dir = cfg.state_dir / "demo-corpus"
-    if _snapshot(engine)["cards"] == 0:
+    if not _has_cards(engine):
         typer.echo(f"seeding {cards} synthetic cards into {corpus_dir} ...")
         with progress_bar("rendering cards", cards) as bar:
             seed_corpus(engine, corpus_dir, cards=cards, seed=seed, broken_share=DEMO_BROKEN_SHARE,
@@ -204,6 +220,7 @@ def demo(
         typer.echo("dagster dev stopped")
         return
 
+    instance = DagsterInstance.from_config(env["DAGSTER_HOME"])
     log_path = cfg.state_dir / "demo-daemon.log"
     typer.echo(f"starting the Dagster daemon headless (log: {log_path})")
     with open(log_path, "ab") as log:
@@ -221,16 +238,17 @@ def demo(
             time.sleep(2)
             if daemon.poll() is not None:
                 raise CliError(f"the Dagster daemon exited with code {daemon.returncode}; see {log_path}")
-            snap = _snapshot(engine)
+            snap = snapshot(engine, instance)
             line = (
                 f"[{time.monotonic() - started:5.0f} s] stage C backlog {snap['stage_c_backlog']}, "
                 f"stage D backlog {snap['stage_d_backlog']}, batches in flight {snap['in_flight']}, "
-                f"done {snap['batches_succeeded']}, open trips {snap['open_trips']}"
+                f"runs in progress {snap['runs_in_progress']}, done {snap['batches_succeeded']}, "
+                f"open trips {snap['open_trips']}"
             )
             if line.split("] ", 1)[1] != last_line:
                 typer.echo(line)
                 last_line = line.split("] ", 1)[1]
-            if until_idle and _idle(snap):
+            if until_idle and is_idle(snap):
                 break
             if until_idle and snap["open_trips"]:
                 raise CliError("an envelope trip opened during the demo: see `stage-e trips list`")
@@ -241,7 +259,8 @@ def demo(
     finally:
         stop_process_group(daemon)
     elapsed = time.monotonic() - started
-    snap = _snapshot(engine)
+    snap = snapshot(engine, instance)
+    instance.dispose()
     labels_path = corpus_dir / "labels.jsonl"
     if labels_path.exists():
         _print_accuracy(engine, labels_path)

@@ -14,6 +14,11 @@ from pathlib import Path
 
 import psutil
 import pytest
+import sqlalchemy as sa
+from dagster import DagsterInstance, DagsterRun, DagsterRunStatus
+from dagster._core.utils import make_new_run_id
+
+from stage_e_dagster.cli.demo import is_idle, snapshot
 
 from .conftest import free_port
 
@@ -78,8 +83,9 @@ def test_ui_demo_on_a_taken_port_says_so_in_one_line_and_exits_1(tmp_path: Path)
         taken.bind(("127.0.0.1", 0))
         taken.listen()
         port = taken.getsockname()[1]
-        result = subprocess.run([STAGE_E, "demo", "--port", str(port)], env=_env(tmp_path),
-                                capture_output=True, text=True, timeout=120)
+        result = subprocess.run(
+            [STAGE_E, "demo", "--port", str(port)], env=_env(tmp_path), capture_output=True, text=True, timeout=120
+        )
     assert result.returncode == 1, result.stdout + result.stderr
     assert result.stderr.count("\n") == 1 and f"port {port} on 127.0.0.1 is already in use" in result.stderr
     assert result.stdout == ""  # refused before seeding or printing a URL
@@ -104,8 +110,13 @@ def test_ui_demo_stops_every_child_on_ctrl_c_without_a_traceback(tmp_path: Path)
     port = free_port()
     log = tmp_path / "demo.log"
     with open(log, "wb") as out:
-        proc = subprocess.Popen([STAGE_E, "demo", "--cards", "4", "--port", str(port)], env=_env(tmp_path),
-                                stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
+        proc = subprocess.Popen(
+            [STAGE_E, "demo", "--cards", "4", "--port", str(port)],
+            env=_env(tmp_path),
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
     try:
         _wait_for_ui(proc, port, 300)
         children = psutil.Process(proc.pid).children(recursive=True)
@@ -121,3 +132,17 @@ def test_ui_demo_stops_every_child_on_ctrl_c_without_a_traceback(tmp_path: Path)
     output = log.read_text(errors="replace")
     assert "Traceback" not in output, output[-4000:]
     assert "dagster dev stopped" in output
+
+
+def test_the_demo_is_not_idle_until_every_run_has_ended(sqlite_engine: sa.Engine) -> None:
+    """The catalogue reads idle a moment before the last run logs its materialization and ends; stopping
+    the daemon's group then would kill that run and leave the ledger one micro-batch short."""
+    instance = DagsterInstance.ephemeral()
+    run = instance.add_run(
+        DagsterRun(job_name="stage_e_dispatch", run_id=make_new_run_id(), status=DagsterRunStatus.STARTED)
+    )
+    finishing = snapshot(sqlite_engine, instance)
+    assert finishing["stage_c_backlog"] == finishing["stage_d_backlog"] == finishing["in_flight"] == 0
+    assert finishing["runs_in_progress"] == 1 and not is_idle(finishing)
+    instance.report_run_failed(run)
+    assert is_idle(snapshot(sqlite_engine, instance))
