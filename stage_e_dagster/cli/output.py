@@ -7,6 +7,7 @@ their columns never wrap or shorten; the other columns give way.
 from __future__ import annotations
 
 import json
+import os
 import sys
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -14,8 +15,12 @@ from typing import Any, Iterator
 
 import typer
 from rich.console import Console
+from rich.measure import Measurement
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 from rich.table import Table
+
+# The widest a table is measured at when nothing bounds it (output to a file or a pipe).
+UNBOUNDED_WIDTH = 10_000
 
 
 def print_json(data: Any) -> None:
@@ -46,7 +51,13 @@ def table(*columns: str, ids: tuple[str, ...] = ()) -> Table:
 
 
 def print_table(grid: Table) -> None:
-    Console().print(grid)
+    """At the terminal's width; piped or redirected with no ``COLUMNS`` set, at the table's own width,
+    so a file or a pager gets one line per row instead of Rich's 80-column fallback."""
+    console = Console()
+    if not console.is_terminal and "COLUMNS" not in os.environ:
+        natural = Measurement.get(console, console.options.update_width(UNBOUNDED_WIDTH), grid).maximum
+        console = Console(width=max(console.width, natural))
+    console.print(grid)
 
 
 @dataclass

@@ -164,6 +164,16 @@ def test_batches_list_prints_every_batch_key_whole_and_json_holds_the_same_rows(
     assert all(r["run_id"] in wide.output for r in rows), wide.output
 
 
+def test_a_piped_table_keeps_each_row_on_one_line(upgraded: sa.Engine) -> None:
+    """Redirected to a file or a pager, Rich would fall back to 80 columns and fold every cell."""
+    keys = _record_batches(upgraded, 2)
+    out = runner.invoke(app, ["batches", "list"], env={"COLUMNS": None})
+    assert out.exit_code == 0, out.output
+    for key in keys:
+        [line] = [line for line in out.output.splitlines() if key in line]
+        assert "failed" in line and "sweep" in line and "the run worker was killed while Stage C" in line, out.output
+
+
 def _command_paths(group: Any, prefix: tuple[str, ...] = ()) -> list[tuple[str, ...]]:
     """Every command and group under ``group`` (Typer's own click: a group is what has ``commands``)."""
     paths = [prefix]
