@@ -55,6 +55,7 @@ from _support import (  # noqa: E402
     median,
     plain_engine,
     running_daemon,
+    runs_in_progress,
     seed_template,
     streaming_environment,
 )
@@ -75,7 +76,6 @@ from stage_e_dagster.stage_d.run import run_stage_d  # noqa: E402
 DAGSTER_CLI = Path(sys.executable).with_name("dagster")
 # The run's events still go to the instance's event log; only the console echo of them is dropped.
 QUIET_CONSOLE = {"loggers": {"console": {"config": {"log_level": "CRITICAL"}}}}
-ACTIVE = [DagsterRunStatus.QUEUED, DagsterRunStatus.NOT_STARTED, DagsterRunStatus.STARTING, DagsterRunStatus.STARTED]
 PHASES = ("create", "start", "between", "finish", "return")  # see framework_phases
 
 
@@ -291,7 +291,7 @@ def daemon_arm(template: Path, folder: Path, batch_size: int, concurrency: int,
     with running_daemon(env, log_path) as daemon:
         while True:
             waiting, in_flight = backlog(reader)
-            if waiting == 0 and in_flight == 0 and instance.get_runs_count(RunsFilter(statuses=ACTIVE)) == 0:
+            if waiting == 0 and in_flight == 0 and runs_in_progress(instance) == 0:
                 break
             if daemon.poll() is not None or time.perf_counter() - started > timeout_s:
                 raise SystemExit(f"daemon arm stuck ({waiting} cards waiting); log tail:\n"

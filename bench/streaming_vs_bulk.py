@@ -59,13 +59,13 @@ from _support import (  # noqa: E402
     median,
     plain_engine,
     running_daemon,
+    runs_in_progress,
     seed_template,
     streaming_environment,
 )
 
 from stage_e_dagster.catalog.models import Card  # noqa: E402
 
-ACTIVE = [DagsterRunStatus.QUEUED, DagsterRunStatus.NOT_STARTED, DagsterRunStatus.STARTING, DagsterRunStatus.STARTED]
 POLL_S = 0.2
 # The sensor daemon's pass: at least 5 s (Dagster's MIN_INTERVAL_LOOP_TIME), and the dispatch sensors tick on each.
 SENSOR_PASS_S = 5.0
@@ -196,11 +196,11 @@ def drain_with_daemon(side: Side, folder: Path, timeout_s: float, trickle: list[
         drained_at = time.time()
         cards = card_count(reader)
         # Let the last runs write their final events, so the trickle starts on an idle daemon.
-        wait_until(lambda: instance.get_runs_count(RunsFilter(statuses=ACTIVE)) == 0, daemon, log, 120, "idle daemon")
+        wait_until(lambda: runs_in_progress(instance) == 0, daemon, log, 120, "idle daemon")
         records = instance.get_run_records(RunsFilter(tags={"stage_e/dispatch": "micro-batch"}))
         latencies = trickle_latencies(side.url, trickle, every_s, daemon, log) if trickle else []
         if trickle:
-            wait_until(lambda: backlog(reader) == (0, 0) and instance.get_runs_count(RunsFilter(statuses=ACTIVE)) == 0,
+            wait_until(lambda: backlog(reader) == (0, 0) and runs_in_progress(instance) == 0,
                        daemon, log, 120, "idle daemon after the trickle")
     first_start = min(r.start_time for r in records if r.start_time is not None)
     failed = sum(r.dagster_run.status != DagsterRunStatus.SUCCESS for r in records)
