@@ -13,6 +13,8 @@ from typing import Any, Iterator
 
 import pytest
 import yaml
+from dagster import DagsterInstance
+from dagster._core.instance.config import dagster_instance_config
 
 from stage_e_dagster.defs.assets import stage_c_evidence, stage_d_verdicts
 from stage_e_dagster.defs.tags import DISPATCH_POOL
@@ -111,6 +113,40 @@ def test_values_queue_runs_without_a_competing_cap(values: dict[str, Any]) -> No
     assert coordinator["enabled"] is True and coordinator["type"] == "QueuedRunCoordinator"
     queued = coordinator["config"]["queuedRunCoordinator"] or {}
     assert "maxConcurrentRuns" not in queued and "tagConcurrencyLimits" not in queued
+
+
+def test_values_dequeue_as_the_instance_yaml_does_and_dagster_accepts_what_the_chart_renders(
+    values: dict[str, Any], tmp_path: Path
+) -> None:
+    """The chart writes these keys into run_coordinator.config (and no run cap, with `concurrency` on)."""
+    queued = values["dagsterDaemon"]["runCoordinator"]["config"]["queuedRunCoordinator"]
+    rendered = {
+        "dequeue_interval_seconds": queued["dequeueIntervalSeconds"],
+        "dequeue_use_threads": queued["dequeueUseThreads"],
+        "dequeue_num_workers": queued["dequeueNumWorkers"],
+    }
+    run_queue = load(DEPLOY / "dagster.postgres.yaml")["run_queue"]
+    assert rendered == {key: run_queue[key] for key in rendered}
+    concurrency = values["concurrency"]
+    instance_yaml = {
+        "run_coordinator": {
+            "module": "dagster.core.run_coordinator",
+            "class": "QueuedRunCoordinator",
+            "config": rendered,
+        },
+        "concurrency": {
+            "runs": {"max_concurrent_runs": concurrency["runs"]["maxConcurrentRuns"]},
+            "pools": {
+                "granularity": concurrency["pools"]["granularity"],
+                "default_limit": concurrency["pools"]["defaultLimit"],
+            },
+        },
+    }
+    (tmp_path / "dagster.yaml").write_text(yaml.safe_dump(instance_yaml))
+    config, _ = dagster_instance_config(str(tmp_path))
+    assert config["run_coordinator"]["config"] == rendered
+    with DagsterInstance.from_config(str(tmp_path)) as instance:
+        assert instance.run_coordinator.dequeue_use_threads and instance.run_coordinator.dequeue_num_workers == 4
 
 
 def test_values_monitor_runs_and_bound_their_runtime(values: dict[str, Any]) -> None:
