@@ -16,8 +16,6 @@ from pathlib import Path
 from typing import Iterator, Sequence
 
 import sqlalchemy as sa
-from dagster import DagsterInstance, RunsFilter
-from dagster._core.storage.dagster_run import IN_PROGRESS_RUN_STATUSES
 
 from stage_e_dagster.catalog.backlog import STAGE_C_PENDING, STAGE_D_PENDING
 from stage_e_dagster.catalog.engine import make_engine
@@ -29,11 +27,6 @@ from stage_e_dagster.process_groups import reset_signals, stop_group
 
 BIN = Path(sys.executable).parent
 PG_SERVER = os.environ.get("STAGE_E_BENCH_PG_URL", "postgresql+psycopg2://postgres@127.0.0.1:5432/postgres")
-
-
-def runs_in_progress(instance: DagsterInstance) -> int:
-    """Runs not yet ended: a batch reads succeeded in the catalogue a moment before its run ends."""
-    return instance.get_runs_count(RunsFilter(statuses=IN_PROGRESS_RUN_STATUSES))
 
 
 @contextmanager

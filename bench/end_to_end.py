@@ -55,7 +55,6 @@ from _support import (  # noqa: E402
     median,
     plain_engine,
     running_daemon,
-    runs_in_progress,
     seed_template,
     streaming_environment,
 )
@@ -67,6 +66,7 @@ from stage_e_dagster.definitions import defs  # noqa: E402
 from stage_e_dagster.defs.instance import EMBEDDED_INSTANCE_YAML  # noqa: E402
 from stage_e_dagster.defs.partitions import micro_batches  # noqa: E402
 from stage_e_dagster.defs.resources import StageEResource  # noqa: E402
+from stage_e_dagster.defs.run_ends import runs_in_progress  # noqa: E402
 from stage_e_dagster.dispatch.batches import record_batch  # noqa: E402
 from stage_e_dagster.settings import load_settings  # noqa: E402
 from stage_e_dagster.stage_c.fetch import ImageFetcher  # noqa: E402

@@ -59,12 +59,12 @@ from _support import (  # noqa: E402
     median,
     plain_engine,
     running_daemon,
-    runs_in_progress,
     seed_template,
     streaming_environment,
 )
 
 from stage_e_dagster.catalog.models import Card  # noqa: E402
+from stage_e_dagster.defs.run_ends import runs_in_progress  # noqa: E402
 
 POLL_S = 0.2
 # The sensor daemon's pass: at least 5 s (Dagster's MIN_INTERVAL_LOOP_TIME), and the dispatch sensors tick on each.

@@ -19,8 +19,7 @@ from typing import Annotated
 
 import sqlalchemy as sa
 import typer
-from dagster import DagsterInstance, RunsFilter
-from dagster._core.storage.dagster_run import IN_PROGRESS_RUN_STATUSES
+from dagster import DagsterInstance
 from sqlalchemy.orm import Session
 
 from ..catalog.backlog import STAGE_C_PENDING, STAGE_D_PENDING, backlog_count
@@ -29,6 +28,7 @@ from ..catalog.migrate import upgrade
 from ..catalog.models import Card, EnvelopeTrip, ImageEvidence, MicroBatch, PrintingVote
 from ..corpus.seed import seed_corpus
 from ..defs.instance import dagster_home
+from ..defs.run_ends import runs_in_progress
 from ..evaluation.labels import load_labels
 from ..evaluation.stage_c import evaluate_stage_c
 from ..evaluation.stage_d import evaluate_stage_d
@@ -128,7 +128,7 @@ def _count(session: Session, model: type, *where: sa.ColumnElement[bool]) -> int
 
 def snapshot(engine: sa.Engine, instance: DagsterInstance) -> dict[str, int]:
     """The catalogue's counts, and the Dagster runs not yet ended."""
-    runs = instance.get_runs_count(RunsFilter(statuses=IN_PROGRESS_RUN_STATUSES))
+    runs = runs_in_progress(instance)
     with session_scope(engine) as session:
         return {
             "runs_in_progress": runs,
@@ -171,6 +171,13 @@ def is_idle(snap: dict[str, int]) -> bool:
     ledger one micro-batch short.
     """
     return not (snap["stage_c_backlog"] or snap["stage_d_backlog"] or snap["in_flight"] or snap["runs_in_progress"])
+
+
+def still_held(snap: dict[str, int]) -> str:
+    """What an unfinished drain still holds, for the timeout's message."""
+    parts = {"stage C backlog": snap["stage_c_backlog"], "stage D backlog": snap["stage_d_backlog"],
+             "batches in flight": snap["in_flight"], "runs not ended": snap["runs_in_progress"]}
+    return ", ".join(f"{name} {count}" for name, count in parts.items() if count) or "nothing left"
 
 
 def demo(
@@ -253,7 +260,9 @@ def demo(
             if until_idle and snap["open_trips"]:
                 raise CliError("an envelope trip opened during the demo: see `stage-e trips list`")
             if until_idle and time.monotonic() - started > timeout:
-                raise CliError(f"the backlog did not drain within {timeout:.0f} s; see {log_path}")
+                raise CliError(
+                    f"the backlog did not drain within {timeout:.0f} s ({still_held(snap)}); see {log_path}"
+                )
     except KeyboardInterrupt:
         typer.echo("interrupted: stopping the Dagster daemon ...")
     finally:

@@ -13,7 +13,15 @@ from datetime import timezone
 from typing import Any
 
 import sqlalchemy as sa
-from dagster import AssetKey, AssetObservation, DagsterEventType, DagsterInstance, DagsterRun, DagsterRunStatus
+from dagster import (
+    AssetKey,
+    AssetObservation,
+    DagsterEventType,
+    DagsterInstance,
+    DagsterRun,
+    DagsterRunStatus,
+    RunsFilter,
+)
 
 from ..catalog.base import utcnow
 from ..catalog.engine import session_scope
@@ -27,12 +35,26 @@ from .run_failures import failure_reason_of
 from .tags import PARTITION_TAG, REFUSED_REASON_TAG, REFUSED_TAG
 
 ENDED = [DagsterRunStatus.SUCCESS, DagsterRunStatus.FAILURE, DagsterRunStatus.CANCELED]
+NOT_ENDED = [
+    DagsterRunStatus.QUEUED,
+    DagsterRunStatus.NOT_STARTED,
+    DagsterRunStatus.STARTING,
+    DagsterRunStatus.STARTED,
+    DagsterRunStatus.SUSPENDED,
+    DagsterRunStatus.CANCELING,
+]
 # A run that failed before it took its batch (the queue could not launch it: a code server restarting
 # or unreachable) did none of its work, so the batch is requested again with its attempt unchanged.
 # After this many requests of one batch such failures spend attempts as any other, so a deployment
 # that can never start a run parks its cards instead of requesting runs forever.
 UNTAKEN_FAILURES_FREE = 10
 
+
+
+def runs_in_progress(instance: DagsterInstance) -> int:
+    """Runs of any job not yet ended. A batch reads succeeded in the catalogue a moment before its
+    run logs the Stage D materialization and ends, so "the catalogue is idle" is not "the runs are"."""
+    return instance.get_runs_count(RunsFilter(statuses=NOT_ENDED))
 
 @dataclass(frozen=True)
 class RunEnd:

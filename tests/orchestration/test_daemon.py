@@ -21,13 +21,13 @@ import pytest
 import sqlalchemy as sa
 from dagster import DagsterEventType, DagsterInstance, DagsterRunStatus, RunsFilter
 from dagster._core.instance.ref import InstanceRef
-from dagster._core.storage.dagster_run import IN_PROGRESS_RUN_STATUSES
 
 from stage_e_dagster.catalog.engine import make_engine, session_scope
 from stage_e_dagster.catalog.models import Card, ImageEvidence, MicroBatch, PrintingVote
 from stage_e_dagster.corpus.seed import seed_corpus
 from stage_e_dagster.defs.instance import EMBEDDED_INSTANCE_YAML, PROJECT_ROOT, WORKSPACE_YAML
 from stage_e_dagster.defs.ledger import ledger_entries
+from stage_e_dagster.defs.run_ends import runs_in_progress
 from stage_e_dagster.process_groups import reset_signals, stop_group
 from tests.conftest import create_pg_database, drop_pg_database
 
@@ -147,7 +147,7 @@ class Stack:
             return False
         if self._runs is None:
             self._runs = self.instance()
-        return self._runs.get_runs_count(RunsFilter(statuses=IN_PROGRESS_RUN_STATUSES)) == 0
+        return runs_in_progress(self._runs) == 0
 
 
 class ConcurrencyProbe:

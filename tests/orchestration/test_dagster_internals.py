@@ -8,13 +8,15 @@ from __future__ import annotations
 from pathlib import Path
 
 import sqlalchemy as sa
-from dagster import AssetKey, instance_for_test
+from dagster import AssetKey, DagsterRunStatus, instance_for_test
+from dagster._core.storage.dagster_run import NOT_FINISHED_STATUSES
 
 from stage_e_dagster.catalog.engine import session_scope
 from stage_e_dagster.catalog.models import MicroBatch
 from stage_e_dagster.definitions import defs
 from stage_e_dagster.defs import dagster_internals as internals
 from stage_e_dagster.defs.partitions import micro_batches
+from stage_e_dagster.defs.run_ends import ENDED, NOT_ENDED
 from stage_e_dagster.defs.sweep import launch_sweep
 from stage_e_dagster.settings import load_settings
 
@@ -82,3 +84,9 @@ def test_only_the_adapter_imports_dagster_core() -> None:
         if "dagster._core" in path.read_text(encoding="utf-8") and path.relative_to(PACKAGE) != ADAPTER
     )
     assert offenders == [], f"dagster._core outside {ADAPTER}: {offenders}"
+
+
+def test_every_run_status_is_either_ended_or_in_progress() -> None:
+    """``run_ends`` lists both by name (no internal needed); a status a Dagster upgrade adds must land in one."""
+    assert set(NOT_ENDED) == set(NOT_FINISHED_STATUSES)
+    assert set(ENDED) | set(NOT_ENDED) | {DagsterRunStatus.MANAGED} == set(DagsterRunStatus)

@@ -18,7 +18,7 @@ import sqlalchemy as sa
 from dagster import DagsterInstance, DagsterRun, DagsterRunStatus
 from dagster._core.utils import make_new_run_id
 
-from stage_e_dagster.cli.demo import is_idle, snapshot
+from stage_e_dagster.cli.demo import is_idle, snapshot, still_held
 
 from .conftest import free_port
 
@@ -144,5 +144,6 @@ def test_the_demo_is_not_idle_until_every_run_has_ended(sqlite_engine: sa.Engine
     finishing = snapshot(sqlite_engine, instance)
     assert finishing["stage_c_backlog"] == finishing["stage_d_backlog"] == finishing["in_flight"] == 0
     assert finishing["runs_in_progress"] == 1 and not is_idle(finishing)
+    assert still_held(finishing) == "runs not ended 1"  # what a timeout says
     instance.report_run_failed(run)
     assert is_idle(snapshot(sqlite_engine, instance))
