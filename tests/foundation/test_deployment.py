@@ -25,9 +25,9 @@ DEPLOY = ROOT / "deploy"
 VALUES = DEPLOY / "helm" / "values.yaml"
 INSTANCE_YAMLS = [ROOT / "dagster.yaml", DEPLOY / "dagster.postgres.yaml"]
 
-# The share of the run pod's memory limit the worker's own RSS bar may take: the rest is for
-# Tesseract's child processes (about 45-60 MiB each, measured) and the page cache, which the
-# kernel counts against the same limit but the bar does not see.
+# The share of the run pod's memory limit the worker's own RSS bar may take: the rest is for the
+# page cache and any other process in the pod, which the kernel counts against the same limit but
+# the bar does not see (OCR runs in the worker, so Tesseract's memory is inside the bar).
 RSS_BAR_SHARE_OF_LIMIT = 0.75
 
 _MEMORY_BYTES = {"Ki": 1024, "Mi": 1024**2, "Gi": 1024**3, "K": 10**3, "M": 10**6, "G": 10**9, "": 1}
