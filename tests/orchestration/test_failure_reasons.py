@@ -21,6 +21,7 @@ from dagster import AssetsDefinition, DagsterEventType, DagsterInstance, Dagster
 
 from stage_e_dagster.defs.partitions import micro_batches
 from stage_e_dagster.defs.run_failures import MAX_REASON_CHARS, WORKER_DIED, failure_reason_of
+from stage_e_dagster.process_groups import reset_signals, stop_group
 
 from .conftest import Pipeline, free_port
 
@@ -147,12 +148,6 @@ run_coordinator:
 """
 
 
-def _new_session() -> None:
-    signal.signal(signal.SIGINT, signal.SIG_DFL)
-    signal.signal(signal.SIGTERM, signal.SIG_DFL)
-    os.setpgrp()
-
-
 def _wait_for(done: Callable[[], object], *, timeout_s: float, what: str) -> object:
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
@@ -181,7 +176,7 @@ def code_server(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[tup
         cwd=tmp_path,
         stdout=log,
         stderr=subprocess.STDOUT,
-        preexec_fn=_new_session,
+        preexec_fn=reset_signals,
     )
     try:
 
@@ -198,13 +193,7 @@ def code_server(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[tup
         _wait_for(healthy, timeout_s=180, what="the code server to serve")
         yield port, env, server.pid
     finally:
-        if server.poll() is None:
-            os.killpg(server.pid, signal.SIGTERM)
-            try:
-                server.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                os.killpg(server.pid, signal.SIGKILL)
-                server.wait()
+        stop_group(server)
         log.close()
 
 
