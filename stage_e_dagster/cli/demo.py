@@ -27,7 +27,7 @@ from ..catalog.engine import session_scope
 from ..catalog.migrate import upgrade
 from ..catalog.models import Card, EnvelopeTrip, ImageEvidence, MicroBatch, PrintingVote
 from ..corpus.seed import seed_corpus
-from ..defs.instance import dagster_home
+from ..defs.instance import dagster_home, open_instance
 from ..defs.run_ends import runs_in_progress
 from ..evaluation.labels import load_labels
 from ..evaluation.stage_c import evaluate_stage_c
@@ -163,6 +163,11 @@ def _print_accuracy(engine: sa.Engine, labels_path: Path) -> None:
     )
 
 
+# What a drain still holds while any of these counts is above 0, with the words a timeout uses.
+HELD = {"stage_c_backlog": "stage C backlog", "stage_d_backlog": "stage D backlog",
+        "in_flight": "batches in flight", "runs_in_progress": "runs not ended"}
+
+
 def is_idle(snap: dict[str, int]) -> bool:
     """Nothing waiting, no batch in flight, and every run ended.
 
@@ -170,14 +175,12 @@ def is_idle(snap: dict[str, int]) -> bool:
     and ends: stopping the daemon's group on the catalogue alone could kill that run and leave the
     ledger one micro-batch short.
     """
-    return not (snap["stage_c_backlog"] or snap["stage_d_backlog"] or snap["in_flight"] or snap["runs_in_progress"])
+    return not any(snap[key] for key in HELD)
 
 
 def still_held(snap: dict[str, int]) -> str:
     """What an unfinished drain still holds, for the timeout's message."""
-    parts = {"stage C backlog": snap["stage_c_backlog"], "stage D backlog": snap["stage_d_backlog"],
-             "batches in flight": snap["in_flight"], "runs not ended": snap["runs_in_progress"]}
-    return ", ".join(f"{name} {count}" for name, count in parts.items() if count) or "nothing left"
+    return ", ".join(f"{words} {snap[key]}" for key, words in HELD.items() if snap[key]) or "nothing left"
 
 
 def demo(
@@ -227,7 +230,7 @@ def demo(
         typer.echo("dagster dev stopped")
         return
 
-    instance = DagsterInstance.from_config(env["DAGSTER_HOME"])
+    instance = open_instance(cfg)  # the DAGSTER_HOME the daemon is given
     log_path = cfg.state_dir / "demo-daemon.log"
     typer.echo(f"starting the Dagster daemon headless (log: {log_path})")
     with open(log_path, "ab") as log:

@@ -50,11 +50,11 @@ NOT_ENDED = [
 UNTAKEN_FAILURES_FREE = 10
 
 
-
 def runs_in_progress(instance: DagsterInstance) -> int:
     """Runs of any job not yet ended. A batch reads succeeded in the catalogue a moment before its
     run logs the Stage D materialization and ends, so "the catalogue is idle" is not "the runs are"."""
     return instance.get_runs_count(RunsFilter(statuses=NOT_ENDED))
+
 
 @dataclass(frozen=True)
 class RunEnd:
