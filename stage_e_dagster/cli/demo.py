@@ -1,7 +1,7 @@
 """``stage-e demo``: the synthetic corpus on the embedded catalogue, streamed through real Dagster runs.
 
 It seeds the catalogue (once), turns streaming on for its own child processes only, and starts
-``dagster dev`` (UI on 127.0.0.1:3000, or ``--port``) or, headless, the daemon alone until the
+``dg dev`` (UI on 127.0.0.1:3000, or ``--port``) or, headless, the daemon alone until the
 backlog drains. Ctrl-C or SIGTERM stops the children in order and leaves none behind.
 """
 
@@ -36,7 +36,7 @@ from ..process_groups import kill_what_is_left, reset_signals, signal_group, wai
 from ..settings import Settings
 from .context import catalog_engine, settings
 from .errors import CliError
-from .instance import workspace_file
+from .instance import dg_project_folder, workspace_file
 from .output import percent, progress_bar
 
 DEMO_LOAD_FACTOR = 3
@@ -44,10 +44,10 @@ DEMO_LOAD_FACTOR = 3
 # (``rejected``), so they never count toward the fetch-failure bar.
 DEMO_BROKEN_SHARE = 0.02
 UI_HOST = "127.0.0.1"
-# How long ``dagster dev`` (or the daemon) gets to shut its own children down after the interrupt;
-# dagster dev waits for the webserver and the daemon in turn before it exits.
+# How long ``dg dev`` (or the daemon) gets to shut its own children down after the interrupt;
+# dg dev waits for the webserver and the daemon in turn before it exits.
 STOP_GRACE_S = 60.0
-# Then a run worker still finishing its batch (it outlives dagster dev) gets this long before SIGTERM.
+# Then a run worker still finishing its batch (it outlives dg dev) gets this long before SIGTERM.
 DRAIN_S = 30.0
 
 
@@ -78,7 +78,7 @@ def port_in_use(host: str, port: int) -> bool:
 
 
 def dagster_command(*args: str) -> list[str]:
-    """A Dagster CLI run by this interpreter, as ``dagster dev`` starts its own children: no script on PATH needed."""
+    """A Dagster CLI run by this interpreter, as ``dg dev`` starts its own children: no script on PATH needed."""
     return [sys.executable, "-m", *args]
 
 
@@ -102,7 +102,7 @@ def child_environment(cfg: Settings, corpus_dir: Path) -> dict[str, str]:
 def stop_process_group(proc: subprocess.Popen[bytes], *, grace_s: float = STOP_GRACE_S) -> None:
     """Stop a child started in its own process group, and everything it started.
 
-    Only the leader is interrupted first (SIGINT): ``dagster dev`` and the daemon then shut their
+    Only the leader is interrupted first (SIGINT): ``dg dev`` and the daemon then shut their
     webserver, daemon and code servers down through Dagster's own shutdown pipes, which is quiet.
     Interrupting the whole group at once would make every child print a traceback and fail a run
     being launched. A run worker still busy afterwards may finish its batch for ``DRAIN_S``;
@@ -196,7 +196,7 @@ def demo(
     """Seed the synthetic corpus and stream it through Dagster: the main job of this project."""
     if until_idle and not headless:
         raise CliError("--until-idle needs --headless")
-    # dagster dev would print the URL, fail to bind and go on without a UI: refuse before starting anything.
+    # dg dev would print the URL, fail to bind and go on without a UI: refuse before starting anything.
     if not headless and port_in_use(UI_HOST, port):
         raise CliError(f"port {port} on {UI_HOST} is already in use: stop what listens there or pass --port N")
     cfg = settings()
@@ -210,24 +210,27 @@ def demo(
                         progress=bar.advance)
     env = child_environment(cfg, corpus_dir)
     workspace = str(workspace_file(cfg))
+    dg_project_folder(cfg)
     load_bar = env.get("STAGE_E_HOST_LOAD_CEILING", cfg.host_load_ceiling)
     typer.echo(f"streaming on for the demo's processes; host load bar {load_bar}")
     _stop_on_sigterm()
     if not headless:
-        cmd = dagster_command("dagster", "dev", "-w", workspace, "-h", UI_HOST, "-p", str(port))
-        typer.echo(f"starting dagster dev: UI on http://{UI_HOST}:{port} (Ctrl-C stops it)")
+        # ``dg dev`` with a workspace file: the same webserver, daemon and code server as ``dagster dev``,
+        # without its SupersessionWarning, and no pyproject.toml needed (an installed wheel has none).
+        cmd = dagster_command("dagster_dg_cli.cli", "dev", "-w", workspace, "-h", UI_HOST, "-p", str(port))
+        typer.echo(f"starting dg dev: UI on http://{UI_HOST}:{port} (Ctrl-C stops it)")
         ui = subprocess.Popen(cmd, env=env, preexec_fn=reset_signals)
         interrupted = False
         try:
             ui.wait()
         except KeyboardInterrupt:
             interrupted = True
-            typer.echo("stopping dagster dev and its processes ...")
+            typer.echo("stopping dg dev and its processes ...")
         finally:
             stop_process_group(ui)
         if not interrupted and ui.returncode != 0:
-            raise CliError(f"dagster dev exited with code {ui.returncode}; its log is above")
-        typer.echo("dagster dev stopped")
+            raise CliError(f"dg dev exited with code {ui.returncode}; its log is above")
+        typer.echo("dg dev stopped")
         return
 
     instance = open_instance(cfg)  # the DAGSTER_HOME the daemon is given

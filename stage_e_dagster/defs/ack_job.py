@@ -6,12 +6,13 @@ retry daemon) refuses before touching the catalogue: only a person may resume di
 acknowledged is the run's user tag when the deployment sets one, else the run id.
 """
 
-from dagster import Config, Failure, OpExecutionContext, Output, in_process_executor, job, op
+from dagster import Config, Failure, OpExecutionContext, Output, RunConfig, in_process_executor, job, op
 from pydantic import Field
 
 from ..catalog.engine import session_scope
 from ..envelope.trips import EmptyNote, TripAlreadyAcknowledged, TripError, TripNotFound, acknowledge_trip
 from .checks import trip_verdict
+from .launchpad import ACK_JOB, ACK_OP, EXAMPLE_NOTE, EXAMPLE_TRIP_ID
 from .resources import StageEResource
 
 # Run tags Dagster sets on runs that automation launched (dagster/_core/storage/tags.py names them).
@@ -62,7 +63,7 @@ def acknowledger(tags: dict[str, str], run_id: str) -> str:
     return f"run {run_id}"
 
 
-@op(description="Acknowledge one trip on a person's word; refuses when automation launched the run.")
+@op(name=ACK_OP, description="Acknowledge one trip on a person's word; refuses when automation launched the run.")
 def acknowledge_trip_op(context: OpExecutionContext, config: AckConfig, stage_e: StageEResource) -> Output[str]:
     tags = dict(context.run.tags)
     launcher = automation_launcher(tags)
@@ -108,9 +109,12 @@ def acknowledge_trip_op(context: OpExecutionContext, config: AckConfig, stage_e:
 
 
 @job(
-    name="acknowledge_trip",
+    name=ACK_JOB,
     executor_def=in_process_executor,
     tags={"dagster/max_retries": "0"},
+    # What the launchpad shows instead of `{}`: the fields to fill. Launched as it stands it refuses
+    # (empty_note) and its id names no trip. The check no_open_trip links here with the open trip's id.
+    config=RunConfig(ops={ACK_OP: AckConfig(trip_id=EXAMPLE_TRIP_ID, note=EXAMPLE_NOTE)}),
     description="Acknowledge an envelope trip from the launchpad (config: trip_id, note). "
     "The same acknowledgement as `stage-e trips ack`; refuses when launched by a sensor, schedule or backfill.",
 )

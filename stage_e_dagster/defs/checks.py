@@ -16,6 +16,7 @@ from dagster import (
     AssetCheckSeverity,
     AssetCheckSpec,
     AssetKey,
+    MetadataValue,
     asset_check,
 )
 from sqlalchemy.orm import Session
@@ -24,6 +25,7 @@ from ..catalog.engine import session_scope
 from ..catalog.models import EnvelopeTrip
 from ..envelope.trips import list_trips
 from .envelope_asset import ENVELOPE_KEY
+from .launchpad import ack_launchpad_path
 from .resources import StageEResource
 
 NO_OPEN_TRIP = "no_open_trip"
@@ -88,7 +90,7 @@ def trip_verdict(session: Session) -> TripVerdict:
     description = (
         f"trip {newest.trip_id} open on bar {newest.bar} ({_reading(newest.detail)}) since "
         f"{newest.tripped_at:%Y-%m-%d %H:%M:%S} UTC: all new dispatch is halted. Acknowledge it with "
-        f"`{ack_command(newest.trip_id)}` or launch the acknowledge_trip job from the launchpad."
+        f"`{ack_command(newest.trip_id)}` or from the launchpad that ack_launchpad links to (the trip id is filled in)."
     )
     if others:
         description += f" Also open: {', '.join(others)}" + (" and more." if total > len(trips) else ".")
@@ -97,6 +99,7 @@ def trip_verdict(session: Session) -> TripVerdict:
         "bar": newest.bar,
         "tripped_at": newest.tripped_at.isoformat(),
         "ack_command": ack_command(newest.trip_id),
+        "ack_launchpad": MetadataValue.url(ack_launchpad_path(newest.trip_id)),
         "open_trips": total,
         "open_trip_ids": ", ".join(t.trip_id for t in trips),
     }

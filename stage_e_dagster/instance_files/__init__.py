@@ -1,7 +1,7 @@
 """The Dagster files the commands need, shipped inside the package so an installed wheel has them.
 
-``dagster.yaml`` (the embedded instance) and ``workspace.yaml`` (the code location) are read with
-importlib.resources; the copies at the top of the checkout are for ``dagster dev`` run there, and
+``dagster.yaml`` (the embedded instance), ``workspace.yaml`` (the code location) and ``dg.toml``
+(a ``dg`` project for an installed wheel) are read with importlib.resources; the copies at the top of the checkout are for ``dagster dev`` run there, and
 a test keeps them identical to these.
 """
 
@@ -11,8 +11,9 @@ from importlib.resources import files
 
 INSTANCE_YAML = "dagster.yaml"
 WORKSPACE_YAML = "workspace.yaml"
+DG_TOML = "dg.toml"
 
 
 def read_instance_file(name: str) -> str:
-    """The text of one shipped file: :data:`INSTANCE_YAML` or :data:`WORKSPACE_YAML`."""
+    """The text of one shipped file: :data:`INSTANCE_YAML`, :data:`WORKSPACE_YAML` or :data:`DG_TOML`."""
     return files(__name__).joinpath(name).read_text(encoding="utf-8")

@@ -135,11 +135,22 @@ def test_an_empty_note_is_refused_and_changes_nothing(pipeline: Pipeline) -> Non
     assert stored(pipeline, trip_id).acknowledged_at is None
 
 
-def test_the_launchpad_requires_trip_id_and_note() -> None:
+def test_the_launchpad_requires_trip_id_and_note_and_shows_an_example_that_acknowledges_nothing(
+    pipeline: Pipeline,
+) -> None:
     job = defs.resolve_job_def("acknowledge_trip")
-    fields = job.run_config_schema.config_type.fields["ops"].config_type.fields["acknowledge_trip_op"]
+    ops = job.run_config_schema.config_type.fields["ops"]
+    fields = ops.config_type.fields["acknowledge_trip_op"]
     config = fields.config_type.fields["config"].config_type.fields
-    assert fields.is_required and config["trip_id"].is_required and config["note"].is_required
+    assert config["trip_id"].is_required and config["note"].is_required
+    # The launchpad's editor starts from this instead of `{}`: the fields to fill, and no real trip.
+    assert ops.default_value == {
+        "acknowledge_trip_op": {"config": {"trip_id": "envtrip-PASTE-THE-OPEN-TRIP-ID", "note": ""}}
+    }
+    trip_id = manual_trip(pipeline)
+    unchanged = job.execute_in_process(instance=pipeline.instance, raise_on_error=False)
+    assert failure_of(unchanged)[1] == "empty_note"  # and its trip id names no trip
+    assert stored(pipeline, trip_id).acknowledged_at is None
 
 
 # Through the UI's own API -------------------------------------------------------------------------
