@@ -26,6 +26,7 @@ without a Scryfall id is adopted. Art hashes come from optional local images nam
 from __future__ import annotations
 
 import logging
+import os
 from collections import Counter
 from dataclasses import dataclass, field
 from datetime import date
@@ -97,9 +98,11 @@ def import_scryfall(
     sets_path: Path | None = None,
     images_dir: Path | None = None,
     batch_size: int = BATCH_SIZE,
-    progress: Callable[[int], None] | None = None,
+    progress: Callable[[int, float], None] | None = None,
 ) -> ImportReport:
     """Upsert expansions (from ``sets_path`` and the cards) and printings from a Scryfall card file.
+
+    ``progress`` gets the records read so far and the share of the file read (for a time-left estimate).
 
     Raises ScryfallImportError, naming the file, when a file is not card (or set) data, holds no
     importable card, or breaks off.
@@ -107,6 +110,7 @@ def import_scryfall(
     report = ImportReport()
     try:
         with open(cards_path, "rb") as fh:
+            size = os.fstat(fh.fileno()).st_size
             # Look at the cards file first: a wrong file is refused before the sets are written.
             report.shape, records = _records(fh, cards_path)
             if sets_path is not None:
@@ -121,7 +125,7 @@ def import_scryfall(
                         _write_batch(engine, batch, images_dir, report)
                         batch = []
                         if progress is not None:
-                            progress(report.records_read)
+                            progress(report.records_read, fh.tell() / size if size else 1.0)
             except ScryfallImportError:
                 # Records read before a fault are whole: write them, so the error's count is what was imported.
                 if batch:
@@ -135,7 +139,7 @@ def import_scryfall(
         report.shape = "JSON Lines" if report.records_read > 1 else "single object"
     _refuse_if_nothing_kept(cards_path, report)
     if progress is not None:
-        progress(report.records_read)
+        progress(report.records_read, 1.0)
     return report
 
 

@@ -36,7 +36,7 @@ def import_scryfall_command(
         raise CliError(f"--images {images} is not a folder")
     try:
         engine = catalog_engine()
-        with progress_bar(f"importing {file.name}: records read", None, quiet=as_json) as bar:
+        with progress_bar(f"importing {file.name}: records read", None, unit="records", quiet=as_json) as bar:
             report = import_scryfall(engine, file, sets_path=sets, images_dir=images, progress=bar.done_so_far)
     except ScryfallImportError as exc:  # names the file it is about: FILE or --sets
         raise CliError(str(exc)) from None

@@ -27,10 +27,11 @@ def sweep(
     cfg = settings()
     engine = catalog_engine(cfg)
     instance = open_instance(cfg)
-    # One call walks the backlog and submits the backfill, so the bar is a spinner with the elapsed time.
-    with progress_bar("walking the backlog and submitting the backfill", None, quiet=as_json):
+    # The walk's length is unknown until it ends (a lap, or --max-batches): a spinner, the cards batched so far.
+    with progress_bar("walking the backlog: cards batched", None, quiet=as_json) as bar:
         try:
-            launch = launch_sweep(instance, defs.resolve_asset_graph(), cfg, max_batches=max_batches)
+            launch = launch_sweep(instance, defs.resolve_asset_graph(), cfg, max_batches=max_batches,
+                                  progress=bar.done_so_far)
         except SweepRefused as refused:
             raise CliError(f"sweep refused: {refused}") from None
     if launch.backfill_id is not None:

@@ -9,6 +9,7 @@ Backfills page, and every run it makes is capped by the dispatch pool.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Callable
 
 from dagster import AssetKey, DagsterInstance
 
@@ -39,11 +40,17 @@ class SweepLaunch:
 
 
 def launch_sweep(
-    instance: DagsterInstance, asset_graph: BaseAssetGraph, settings: Settings, *, max_batches: int
+    instance: DagsterInstance,
+    asset_graph: BaseAssetGraph,
+    settings: Settings,
+    *,
+    max_batches: int,
+    progress: Callable[[int], None] | None = None,
 ) -> SweepLaunch:
     """Walk the backlog, record batches owned by a new backfill id, add their partitions, submit the backfill.
 
-    Cards already in flight are claimed, so the walk never batches them again.
+    Cards already in flight are claimed, so the walk never batches them again. ``progress`` gets the
+    cards batched so far.
     """
     backfill_id = new_backfill_id()
     engine = engine_for(settings.database_url)
@@ -56,11 +63,12 @@ def launch_sweep(
             plan_for_sweep(settings, max_batches=max_batches, session=session),
             now=utcnow(),
             claim_ttl_s=settings.claim_ttl_s,
+            progress=progress,
         )
         for batch in walk.batches:
             batch.backfill_id = backfill_id
         keys = [b.batch_key for b in walk.batches]
-        card_count = sum(len(b.card_ids) for b in walk.batches)
+        card_count = walk.card_count
     if not keys:
         return SweepLaunch(None, [], 0, walk.laps_completed, walk.empty_after_full_lap)
     instance.add_dynamic_partitions(micro_batches.name, keys)

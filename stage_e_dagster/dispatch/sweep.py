@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from datetime import datetime
+from typing import Callable
 
 import sqlalchemy as sa
 from sqlalchemy.orm import Session
@@ -30,6 +31,7 @@ class SweepWalk:
     laps_completed: int = 0
     empty_after_full_lap: bool = False
     position: int = 0
+    card_count: int = 0  # cards in ``batches``
 
 
 def _cursor(session: Session) -> SweepCursor:
@@ -53,8 +55,18 @@ def _next_unclaimed(session: Session, *, now: datetime, limit: int, after_id: in
     return sorted(ids)[:limit]
 
 
-def walk_backlog(session: Session, plan: BatchPlan, *, now: datetime, claim_ttl_s: int) -> SweepWalk:
-    """Batch up to ``plan.max_batches`` from the cursor on; wraps at the end and stops after one empty lap."""
+def walk_backlog(
+    session: Session,
+    plan: BatchPlan,
+    *,
+    now: datetime,
+    claim_ttl_s: int,
+    progress: Callable[[int], None] | None = None,
+) -> SweepWalk:
+    """Batch up to ``plan.max_batches`` from the cursor on; wraps at the end and stops after one empty lap.
+
+    ``progress`` gets the cards batched so far after each batch.
+    """
     cursor = _cursor(session)
     walk = SweepWalk()
     while len(walk.batches) < plan.max_batches:
@@ -65,6 +77,9 @@ def walk_backlog(session: Session, plan: BatchPlan, *, now: datetime, claim_ttl_
             if batch is not None:
                 walk.batches.append(batch)
                 cursor.found_this_lap += len(batch.card_ids)
+                walk.card_count += len(batch.card_ids)
+                if progress is not None:
+                    progress(walk.card_count)
             if len(ids) == plan.batch_size:
                 continue
         # The end of the catalogue: one lap is over. Every lap starts at id 0, so a lap that batched

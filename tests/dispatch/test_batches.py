@@ -182,6 +182,16 @@ def test_sweep_walks_with_a_cursor_and_says_empty_only_after_a_full_lap(engine: 
     assert batches == [] and empty
 
 
+def test_the_sweep_walk_reports_the_cards_batched_after_each_batch(engine: sa.Engine) -> None:
+    """What `stage-e sweep` counts on its progress line."""
+    insert_cards(engine, 7)
+    counts: list[int] = []
+    with session_scope(engine) as session:
+        walk = walk_backlog(session, BatchPlan(batch_size=3, max_batches=5), now=utcnow(), claim_ttl_s=TTL,
+                            progress=counts.append)
+    assert counts == [3, 6, 7] and walk.card_count == 7
+
+
 def test_requesting_a_pending_batch_again_retakes_its_claims_and_shrinks_to_what_it_holds(engine: sa.Engine) -> None:
     ids = insert_cards(engine, 3)
     [(key, _, _)], _ = make(engine, BatchPlan(batch_size=3, max_batches=1))

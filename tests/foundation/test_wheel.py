@@ -89,3 +89,14 @@ def test_a_wheel_in_a_fresh_venv_runs_the_demo_from_an_empty_folder(tmp_path: Pa
     listed = run("stage-e", "batches", "list", "--json")
     assert listed.returncode == 0, listed.stderr
     assert {b["batch_key"] for b in json.loads(listed.stdout)} >= {b["batch_key"] for b in batches}
+
+    # The demo wrote a dg project folder (an installed wheel has no pyproject.toml) linked to the installed package.
+    dg_folder = folder / ".state" / "dg"
+    assert (dg_folder / "stage_e_dagster").resolve().is_relative_to(venv)
+    dg_env = {**env, "DAGSTER_HOME": str(folder / ".state" / "dagster_home"),
+              "STAGE_E_STATE_DIR": str(folder / ".state")}
+    for command in (("check", "defs"), ("list", "defs", "--json")):
+        done = subprocess.run([str(venv / "bin" / "python"), "-m", "dagster_dg_cli.cli", *command], cwd=dg_folder,
+                              env=dg_env, capture_output=True, text=True, timeout=300)
+        assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    assert "stage_e_envelope" in done.stdout

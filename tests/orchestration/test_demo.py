@@ -106,7 +106,9 @@ def _wait_for_ui(proc: subprocess.Popen[bytes], port: int, timeout_s: float) -> 
 
 
 @pytest.mark.slow
-def test_ui_demo_stops_every_child_on_ctrl_c_without_a_traceback(tmp_path: Path) -> None:
+def test_ui_demo_starts_dg_dev_without_a_supersession_warning_and_stops_every_child_on_ctrl_c(
+    tmp_path: Path,
+) -> None:
     port = free_port()
     log = tmp_path / "demo.log"
     with open(log, "wb") as out:
@@ -131,7 +133,9 @@ def test_ui_demo_stops_every_child_on_ctrl_c_without_a_traceback(tmp_path: Path)
             os.killpg(proc.pid, signal.SIGKILL)
     output = log.read_text(errors="replace")
     assert "Traceback" not in output, output[-4000:]
-    assert "dagster dev stopped" in output
+    # `dg dev`, not `dagster dev`: no "Function `dev_command` is superseded" on every start.
+    assert "SupersessionWarning" not in output and "superseded" not in output, output[:4000]
+    assert "starting dg dev" in output and "dg dev stopped" in output
 
 
 def test_the_demo_is_not_idle_until_every_run_has_ended(sqlite_engine: sa.Engine) -> None:

@@ -5,16 +5,20 @@ from __future__ import annotations
 
 import json
 import time
+from urllib.parse import parse_qs, urlsplit
 
 import pytest
 import sqlalchemy as sa
-from dagster import AssetCheckKey, AssetCheckSeverity, AssetKey, FloatMetadataValue, IntMetadataValue
+import yaml
+from dagster import AssetCheckKey, AssetCheckSeverity, AssetKey, FloatMetadataValue, IntMetadataValue, UrlMetadataValue
 
 from stage_e_dagster.catalog.engine import session_scope
-from stage_e_dagster.catalog.models import Card, CardClaim
+from stage_e_dagster.catalog.models import Card, CardClaim, EnvelopeTrip
+from stage_e_dagster.definitions import defs
 from stage_e_dagster.defs import envelope_asset
 from stage_e_dagster.defs.checks import NO_OPEN_TRIP, STAGE_C_BATCH_CLEAN, no_open_trip
 from stage_e_dagster.defs.envelope_asset import ENVELOPE_KEY, READINGS
+from stage_e_dagster.defs.instance import WORKSPACE_YAML
 from stage_e_dagster.envelope.fetch_window import record_fetch_outcome
 from stage_e_dagster.envelope.trips import acknowledge_trip, open_trip
 
@@ -194,3 +198,49 @@ def test_a_batch_with_a_failed_fetch_warns_and_a_clean_batch_passes(
     assert record.status.value == "SUCCEEDED" and evaluation.passed
     assert evaluation.metadata["stage_c_fetch_failures"].value == 0
     assert evaluation.metadata["stage_c_terminal"].value == 0
+
+
+def test_the_failing_check_links_to_the_ack_launchpad_with_the_trip_id_in_its_config(pipeline: Pipeline) -> None:
+    """The link opens the acknowledge job's launchpad (the UI's ``playground/setup`` route copies its
+    ``config`` parameter into the editor); the config it carries, with a note added, acknowledges the trip."""
+    with session_scope(pipeline.engine) as session:
+        trip_id = open_trip(session, "manual", {"note": "maintenance window"}).trip_id
+    pipeline.tick("envelope_trip_sensor")
+    _, evaluation = trip_check_history(pipeline)[0]
+    link = evaluation.metadata["ack_launchpad"]
+    assert isinstance(link, UrlMetadataValue)
+    url = urlsplit(link.url)
+    with open(WORKSPACE_YAML, encoding="utf-8") as workspace:
+        location = yaml.safe_load(workspace)["load_from"][0]["python_module"]["location_name"]
+    assert url.path == f"/locations/{location}/jobs/acknowledge_trip/playground/setup"
+    [config_text] = parse_qs(url.query)["config"]
+    config = yaml.safe_load(config_text)
+    assert config == {"ops": {"acknowledge_trip_op": {"config": {"trip_id": trip_id}}}}
+
+    config["ops"]["acknowledge_trip_op"]["config"]["note"] = "maintenance done"  # what the person types
+    result = defs.resolve_job_def("acknowledge_trip").execute_in_process(run_config=config, instance=pipeline.instance)
+    assert result.success
+    with session_scope(pipeline.engine) as session:
+        assert session.query(EnvelopeTrip).filter_by(trip_id=trip_id).one().acknowledged_at is not None
+
+
+def test_a_passing_check_has_no_ack_link(pipeline: Pipeline) -> None:
+    pipeline.tick("envelope_trip_sensor")
+    _, evaluation = trip_check_history(pipeline)[0]
+    assert evaluation.passed and "ack_launchpad" not in evaluation.metadata
+
+
+def test_the_envelope_is_an_observed_asset_and_observe_takes_one_reading_now(pipeline: Pipeline) -> None:
+    """The UI calls an observable asset observed (its latest observation) instead of "Never materialized";
+    Observe stores the same keys a sensor tick does, the sensor's lag read from its heartbeat."""
+    node = defs.resolve_asset_graph().get(ENVELOPE_KEY)
+    assert node.is_observable and not node.is_materializable
+    assert node.description.startswith("Observed, never materialized")
+    pipeline.tick("envelope_trip_sensor")  # the heartbeat the lag is measured from
+    result = defs.resolve_implicit_global_asset_job_def().get_subset(asset_selection={ENVELOPE_KEY}).execute_in_process(
+        instance=pipeline.instance, resources={"stage_e": pipeline.resource()}
+    )
+    assert result.success
+    reading = latest_reading(pipeline)
+    assert set(reading) == set(READINGS)
+    assert reading["sensor_lag_s"].value >= 0 and reading["open_trips"].value == 0

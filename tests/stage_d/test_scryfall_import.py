@@ -64,6 +64,15 @@ def test_layouts_numbers_and_languages(engine: sa.Engine) -> None:
         assert (counts["lea"], counts["isd"], counts["neo"]) == (4, 5, 3)
 
 
+def test_progress_reports_records_read_and_the_share_of_the_file_for_a_time_left(engine: sa.Engine) -> None:
+    calls: list[tuple[int, float]] = []
+    report = import_scryfall(engine, CARDS, sets_path=SETS, batch_size=30, progress=lambda n, f: calls.append((n, f)))
+    assert len(calls) >= 2 and calls[-1] == (report.records_read, 1.0)
+    records, shares = [n for n, _ in calls], [f for _, f in calls]
+    assert records == sorted(records) and shares == sorted(shares)
+    assert 0 < shares[0] < 1  # a batch in: part of the file read
+
+
 def test_importing_twice_adds_nothing(engine: sa.Engine) -> None:
     import_scryfall(engine, CARDS, sets_path=SETS)
     first = printings(engine)
