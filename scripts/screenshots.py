@@ -51,7 +51,7 @@ SHOTS = {
     "envelope-plots.png": "the stage_e_envelope asset's plots: each reading against its ceiling",
     "check-red-during-a-trip.png": "no_open_trip failing during a trip, with the trip id, bar and ack link",
     "ack-launchpad.png": "the acknowledge_trip launchpad opened from the check's link, trip id filled in",
-    "run-page.png": "a stage_e_dispatch run: the per-card log lines of one micro-batch",
+    "run-page.png": "a stage_e_dispatch run: its progress lines over the cards of one micro-batch",
     "stage-c-ledger-plots.png": "the stage_c_evidence ledger metadata plotted across micro-batches",
 }
 

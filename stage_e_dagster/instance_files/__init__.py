@@ -1,8 +1,9 @@
 """The Dagster files the commands need, shipped inside the package so an installed wheel has them.
 
 ``dagster.yaml`` (the embedded instance), ``workspace.yaml`` (the code location) and ``dg.toml``
-(a ``dg`` project for an installed wheel) are read with importlib.resources; the copies at the top of the checkout are for ``dagster dev`` run there, and
-a test keeps them identical to these.
+(a ``dg`` project for an installed wheel) are read with importlib.resources. The copies of the
+first two at the top of the checkout are for ``dg dev -w workspace.yaml`` run there, and a test
+keeps them identical to these.
 """
 
 from __future__ import annotations
