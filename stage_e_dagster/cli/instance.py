@@ -16,7 +16,7 @@ DG_FOLDER = "dg"
 
 
 def workspace_file(cfg: Settings) -> Path:
-    """A ``workspace.yaml`` for the daemon and ``dagster dev``, refreshed from package data every call."""
+    """A ``workspace.yaml`` for the daemon and ``dg dev``, refreshed from package data every call."""
     target = cfg.state_dir / WORKSPACE_YAML
     target.parent.mkdir(parents=True, exist_ok=True)
     target.write_text(read_instance_file(WORKSPACE_YAML), encoding="utf-8")

@@ -155,4 +155,3 @@ with warnings.catch_warnings():
             now = utcnow()
             reading = read_envelope(session, settings, now=now, sensor_lag_s=_since_sensor_tick(session, now))
         return ObserveResult(metadata=dict(reading.values))
-
