@@ -139,14 +139,16 @@ CHECK = """query { assetCheckExecutions(assetKey: {path: ["stage_e_envelope"]}, 
 
 
 def settle(page: Page, text: str, timeout_ms: int = 90_000) -> None:
-    """Until the page shows ``text`` and the UI's first-visit dialog is out of the way, then a moment for
-    the charts to draw."""
+    """Until the page shows ``text``, then a moment for the charts to draw."""
     page.wait_for_load_state("networkidle", timeout=timeout_ms)
-    skip = page.get_by_role("button", name="Skip")  # "Join the Dagster community", once per browser
-    if skip.count():
-        skip.first.click()
     page.get_by_text(text, exact=False).first.wait_for(state="visible", timeout=timeout_ms)
     page.wait_for_timeout(2000)
+
+
+def dismiss_welcome(page: Page) -> None:
+    """The UI's first-visit dialog ("Join the Dagster community") may open at any moment and cover
+    the page: whenever it is there, Playwright clicks Skip before its next action."""
+    page.add_locator_handler(page.get_by_role("button", name="Skip"), lambda skip: skip.click())
 
 
 def shoot(page: Page, out: Path, name: str) -> None:
@@ -186,7 +188,9 @@ def take_screenshots(demo: Demo, out: Path) -> None:
     with sync_playwright() as playwright:
         browser = playwright.chromium.launch(executable_path=CHROMIUM, headless=True, args=CHROMIUM_ARGS)
         try:
-            page = browser.new_context(viewport=VIEWPORT).new_page()
+            context = browser.new_context(viewport=VIEWPORT)
+            page = context.new_page()
+            dismiss_welcome(page)
             metadata_plots(page, f"{demo.base_url}/assets/stage_e_envelope", "governed_concurrency")
             shoot(page, out, "envelope-plots.png")
 
@@ -211,6 +215,7 @@ def take_screenshots(demo: Demo, out: Path) -> None:
             with page.context.expect_page() as opened:
                 page.locator("a[href*='/jobs/acknowledge_trip/playground/setup']").first.click()
             launchpad = opened.value
+            dismiss_welcome(launchpad)
             launchpad.wait_for_url("**/jobs/acknowledge_trip/playground", timeout=90_000)
             settle(launchpad, trip_id)
             editor = launchpad.locator(".CodeMirror").first.inner_text()
