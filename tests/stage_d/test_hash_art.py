@@ -1,0 +1,219 @@
+"""``stage-e catalog hash-art`` against a real HTTP server in a thread, serving real images.
+
+The printings come from the importer (records whose ``image_uris.art_crop`` point at the local
+server), the server records each request's path and arrival time and answers what the test
+tells it to, so the tests see what reached the host: which printings were fetched, how fast, and
+that nothing more was asked after a 403.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import threading
+import time
+import uuid
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Iterator
+
+import pytest
+import sqlalchemy as sa
+from PIL import Image
+from typer.testing import CliRunner
+
+from stage_e_dagster.catalog.models import Printing
+from stage_e_dagster.catalog_import.art_hashes import SCRYFALL_RATE_PER_SEC
+from stage_e_dagster.catalog_import.scryfall import import_scryfall
+from stage_e_dagster.cli.errors import CliError
+from stage_e_dagster.cli.main import app
+from stage_e_dagster.corpus.art import render_art
+from stage_e_dagster.stage_c.hashing import phash_int
+
+FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "scryfall"
+
+
+def art_jpeg(seed: int) -> bytes:
+    """A real JPEG of the corpus's procedural art, the size of a Scryfall art crop."""
+    buf = io.BytesIO()
+    render_art(seed, (626, 457)).save(buf, format="JPEG", quality=88)
+    return buf.getvalue()
+
+
+class ArtServer:
+    """A threaded http.server: ``images`` by path, ``status`` overrides by path, a log of requests."""
+
+    def __init__(self) -> None:
+        self.images: dict[str, bytes] = {}
+        self.status: dict[str, int] = {}
+        self.requests: list[tuple[str, float]] = []
+        server = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_GET(self) -> None:  # noqa: N802 (http.server's name)
+                path = self.path.split("?")[0]
+                server.requests.append((path, time.time()))
+                code = server.status.get(path, 200 if path in server.images else 404)
+                body = server.images[path] if code == 200 else b"no"
+                self.send_response(code)
+                self.send_header("Content-Type", "image/jpeg" if code == 200 else "text/plain")
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+
+            def log_message(self, *args: object) -> None:
+                pass
+
+        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.host = f"127.0.0.1:{self.httpd.server_address[1]}"
+        self.thread = threading.Thread(target=self.httpd.serve_forever, daemon=True)
+
+    def url(self, path: str) -> str:
+        return f"http://{self.host}{path}"
+
+    def paths(self) -> list[str]:
+        return [p for p, _ in self.requests]
+
+
+@pytest.fixture
+def server() -> Iterator[ArtServer]:
+    srv = ArtServer()
+    srv.thread.start()
+    yield srv
+    srv.httpd.shutdown()
+    srv.httpd.server_close()
+    srv.thread.join(timeout=10)
+
+
+def card_record(server: ArtServer, number: int, *, version: str = "1") -> dict[str, object]:
+    path = f"/art_crop/front/{number}.jpg"
+    return {"object": "card", "id": str(uuid.UUID(int=number)), "set": "tst", "set_name": "Test Set",
+            "collector_number": str(number), "name": "Plague Rats", "lang": "en", "layout": "normal",
+            "released_at": "1994-04-01",
+            "image_uris": {"normal": server.url(f"/normal/{number}.jpg"),
+                           "art_crop": server.url(path) + f"?{version}"}}
+
+
+def import_records(engine: sa.Engine, tmp_path: Path, records: list[dict[str, object]]) -> None:
+    path = tmp_path / f"cards-{uuid.uuid4().hex[:6]}.json"
+    path.write_text(json.dumps(records))
+    import_scryfall(engine, path)
+
+
+def stored(engine: sa.Engine) -> dict[str, tuple[int | None, str | None]]:
+    with engine.connect() as conn:
+        return {n: (h, u) for n, h, u in conn.execute(
+            sa.select(Printing.collector_number, Printing.art_phash, Printing.art_phash_url))}
+
+
+@pytest.fixture
+def cli_env(sqlite_url: str, server: ArtServer, monkeypatch: pytest.MonkeyPatch) -> str:
+    monkeypatch.setenv("STAGE_E_DATABASE_URL", sqlite_url)
+    monkeypatch.setenv("STAGE_E_FETCH_ALLOWED_HOSTS", server.host)
+    return sqlite_url
+
+
+def hash_art(*args: str) -> dict[str, object]:
+    out = CliRunner().invoke(app, ["catalog", "hash-art", "--json", *args])
+    assert out.exit_code == 0, out.output
+    return json.loads(out.output)
+
+
+def test_import_keeps_the_art_crop_url_of_the_card_or_its_front_face(sqlite_engine: sa.Engine) -> None:
+    records = json.loads((FIXTURES / "cards.json").read_text())
+    import_scryfall(sqlite_engine, FIXTURES / "cards.json")
+    with sqlite_engine.connect() as conn:
+        urls = dict(conn.execute(sa.select(Printing.scryfall_id, Printing.art_crop_url)).all())
+    single = next(r for r in records if "image_uris" in r and r["layout"] == "normal")
+    faced = next(r for r in records if "image_uris" not in r and r["layout"] == "transform")
+    assert urls[single["id"]] == single["image_uris"]["art_crop"]
+    assert urls[faced["id"]] == faced["card_faces"][0]["image_uris"]["art_crop"]
+    assert urls[faced["id"]].startswith("https://cards.scryfall.io/art_crop/front/")
+
+
+def test_hash_art_stores_hashes_paces_and_resumes(cli_env: str, sqlite_engine: sa.Engine, server: ArtServer,
+                                                   tmp_path: Path) -> None:
+    for n in range(1, 6):
+        server.images[f"/art_crop/front/{n}.jpg"] = art_jpeg(n)
+    server.status["/art_crop/front/3.jpg"] = 404  # missing on the first run
+    import_records(sqlite_engine, tmp_path, [card_record(server, n) for n in range(1, 6)])
+
+    started = time.time()
+    first = hash_art()
+    assert (first["pending"], first["hashed"], first["failed"], first["stopped"]) == (5, 4, {"not-found": 1}, None)
+    assert sorted(server.paths()) == [f"/art_crop/front/{n}.jpg" for n in range(1, 6)]
+    # Paced at Scryfall's 10/s: the fifth request cannot start before four intervals after the run began.
+    assert server.requests[-1][1] - started >= 4 / SCRYFALL_RATE_PER_SEC - 0.01
+    rows = stored(sqlite_engine)
+    for n in (1, 2, 4, 5):
+        assert rows[str(n)] == (phash_int(Image.open(io.BytesIO(art_jpeg(n)))), server.url(f"/art_crop/front/{n}.jpg?1"))
+    assert rows["3"] == (None, None)
+
+    del server.status["/art_crop/front/3.jpg"]
+    server.requests.clear()
+    second = hash_art()
+    assert (second["pending"], second["hashed"]) == (1, 1)
+    assert server.paths() == ["/art_crop/front/3.jpg"]  # the hashed ones are not fetched again
+    assert stored(sqlite_engine)["3"][0] == phash_int(Image.open(io.BytesIO(art_jpeg(3))))
+
+    server.requests.clear()
+    assert (hash_art()["pending"], hash_art()["hashed"]) == (0, 0)
+    assert server.requests == []
+
+    # Scryfall changed printing 2's image: the re-import gives a new URL, and only that one is fetched again.
+    server.images["/art_crop/front/2.jpg"] = art_jpeg(202)
+    import_records(sqlite_engine, tmp_path, [card_record(server, 2, version="2")])
+    again = hash_art()
+    assert (again["pending"], again["hashed"]) == (1, 1)
+    assert server.paths() == ["/art_crop/front/2.jpg"]
+    assert stored(sqlite_engine)["2"] == (phash_int(Image.open(io.BytesIO(art_jpeg(202)))),
+                                          server.url("/art_crop/front/2.jpg?2"))
+
+
+def test_hash_art_stops_at_the_first_403(cli_env: str, sqlite_engine: sa.Engine, server: ArtServer,
+                                         tmp_path: Path) -> None:
+    for n in range(1, 5):
+        server.images[f"/art_crop/front/{n}.jpg"] = art_jpeg(n)
+    server.status["/art_crop/front/2.jpg"] = 403
+    import_records(sqlite_engine, tmp_path, [card_record(server, n) for n in range(1, 5)])
+
+    out = CliRunner().invoke(app, ["catalog", "hash-art"])
+    assert isinstance(out.exception, CliError)
+    assert "stopped (lockout)" in str(out.exception)
+    assert f"image host 127.0.0.1 answered 403 for {server.url('/art_crop/front/2.jpg?1')}" in str(out.exception)
+    assert "1 hashes stored" in str(out.exception)
+    # Nothing was asked of the host after its 403.
+    assert server.paths() == ["/art_crop/front/1.jpg", "/art_crop/front/2.jpg"]
+    rows = stored(sqlite_engine)
+    assert rows["1"][0] is not None and [rows[n][0] for n in "234"] == [None, None, None]
+
+    # Once the host answers again, the run resumes where it stopped.
+    del server.status["/art_crop/front/2.jpg"]
+    server.requests.clear()
+    assert hash_art()["hashed"] == 3
+    assert sorted(server.paths()) == [f"/art_crop/front/{n}.jpg" for n in (2, 3, 4)]
+
+
+def test_hash_art_refuses_a_host_the_settings_do_not_allow(cli_env: str, sqlite_engine: sa.Engine,
+                                                           server: ArtServer, tmp_path: Path,
+                                                           monkeypatch: pytest.MonkeyPatch) -> None:
+    server.images["/art_crop/front/1.jpg"] = art_jpeg(1)
+    import_records(sqlite_engine, tmp_path, [card_record(server, 1)])
+    monkeypatch.setenv("STAGE_E_FETCH_ALLOWED_HOSTS", "cards.scryfall.io")
+    out = CliRunner().invoke(app, ["catalog", "hash-art"])
+    assert isinstance(out.exception, CliError)
+    assert "stopped (host-not-allowed)" in str(out.exception)
+    assert "STAGE_E_FETCH_ALLOWED_HOSTS" in str(out.exception)
+    assert server.requests == []
+
+
+def test_hash_art_counts_an_undecodable_answer_and_keeps_it_pending(
+    cli_env: str, sqlite_engine: sa.Engine, server: ArtServer, tmp_path: Path
+) -> None:
+    server.images["/art_crop/front/1.jpg"] = b"<html>maintenance</html>"
+    server.images["/art_crop/front/2.jpg"] = art_jpeg(2)
+    import_records(sqlite_engine, tmp_path, [card_record(server, n) for n in (1, 2)])
+    report = hash_art()
+    assert (report["hashed"], report["failed"]) == (1, {"not-an-image": 1})
+    assert stored(sqlite_engine)["1"] == (None, None)
+    assert hash_art()["pending"] == 1
