@@ -1,5 +1,6 @@
-"""printing art crop URL: where Scryfall serves each printing's art, so `stage-e catalog hash-art`
-can give printings an art hash without a local folder of images, and which URL the hash came from
+"""printing art crop URL and vote detail: where Scryfall serves each printing's art, so `stage-e
+catalog hash-art` can give printings an art hash without a local folder of images, and which URL
+the hash came from; and what a calculator saw when it voted (the fallback's art distances)
 
 Revision ID: 0014
 Revises: 0009
@@ -21,9 +22,15 @@ def upgrade() -> None:
                                    comment="Scryfall image_uris.art_crop (front face of a multi-face card)"))
         batch.add_column(sa.Column("art_phash_url", sa.String(length=500), nullable=True,
                                    comment="the URL art_phash was computed from; NULL when from a local image"))
+    with op.batch_alter_table("printing_votes") as batch:
+        batch.add_column(sa.Column("detail", sa.JSON(), nullable=True,
+                                   comment="what a calculator saw when it voted (the fallback's art distances); "
+                                           "NULL for people"))
 
 
 def downgrade() -> None:
+    with op.batch_alter_table("printing_votes") as batch:
+        batch.drop_column("detail")
     with op.batch_alter_table("printings") as batch:
         batch.drop_column("art_phash_url")
         batch.drop_column("art_crop_url")
