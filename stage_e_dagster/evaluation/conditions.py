@@ -1,0 +1,49 @@
+"""Scores per condition of a labelled corpus (the photo-like seed labels each card's ``condition``),
+so a condition that fails shows as its own row instead of vanishing in the total."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import sqlalchemy as sa
+
+from .stage_c import evaluate_stage_c
+from .stage_d import evaluate_stage_d
+
+COLUMNS = ("condition", "cards", "number_right", "set_right", "votes", "wrong_votes")
+
+
+def _row(name: str, engine: sa.Engine, labels: list[dict[str, Any]]) -> dict[str, Any]:
+    c = evaluate_stage_c(engine, labels)
+    d = evaluate_stage_d(engine, labels)
+    return {
+        "condition": name, "cards": len(labels),
+        # right of those that print one: old frames print no number, 2008-2014 frames no set code
+        "number_right": c["collector_number_correct"], "number_printed": c["collector_number_total"],
+        "set_right": c["set_code_correct"], "set_printed": c["set_code_total"],
+        "votes": d["machine_votes"], "wrong_votes": d["machine_votes"] - d["machine_votes_correct"],
+        "fallback_votes": d["fallback_votes"],
+    }
+
+
+def scores_by_condition(engine: sa.Engine, labels: list[dict[str, Any]], *, field: str = "condition"
+                        ) -> list[dict[str, Any]]:
+    """One row per value of ``field`` (in the labels' order; unlabelled cards as ``-``), then ``total``."""
+    groups: dict[str, list[dict[str, Any]]] = {}
+    for label in labels:
+        groups.setdefault(str(label.get(field) or "-"), []).append(label)
+    rows = [_row(name, engine, group) for name, group in groups.items()]
+    rows.append(_row("total", engine, labels))
+    return rows
+
+
+def format_scores(rows: list[dict[str, Any]]) -> str:
+    """The table as plain text: ``right/printed`` for the number and set columns."""
+    cells = [["condition", "cards", "number right", "set right", "votes", "wrong votes"]]
+    for r in rows:
+        cells.append([r["condition"], str(r["cards"]), f"{r['number_right']}/{r['number_printed']}",
+                      f"{r['set_right']}/{r['set_printed']}", str(r["votes"]), str(r["wrong_votes"])])
+    widths = [max(len(row[i]) for row in cells) for i in range(len(cells[0]))]
+    lines = ["  ".join(cell.ljust(w) if i == 0 else cell.rjust(w) for i, (cell, w) in enumerate(zip(row, widths)))
+             for row in cells]
+    return "\n".join(lines)
