@@ -69,13 +69,18 @@ def photo_for(condition: str, rng: random.Random) -> Photo:
         "clutter": {"background": "clutter", "fill": rng.uniform(0.6, 0.72), "rotation": rng.uniform(-4, 4)},
         "jpeg": {"jpeg_quality": rng.randint(25, 40)},
         "low-res": {"card_height": rng.randint(380, 480)},
+        # All of them at once, mildly: what a quick phone photo of a sleeved card on a desk looks like.
+        "phone-photo": {"card_height": rng.randint(600, 800), "tilt": rng.uniform(0.02, 0.04),
+                        "rotation": rng.uniform(-3, 3), "blur": rng.uniform(0.6, 1.0), "glare_stripes": 1,
+                        "sleeve": rng.random() < 0.5, "jpeg_quality": rng.randint(65, 80),
+                        "background": rng.choice(("table", "clutter")), "fill": rng.uniform(0.7, 0.85)},
     }
     values = asdict(base)
     values.update(changes.get(condition, {}))
     return Photo(**values)
 
 
-PHOTO_CONDITIONS = ("tilt", "blur", "glare", "sleeve", "clutter", "jpeg", "low-res")
+PHOTO_CONDITIONS = ("tilt", "blur", "glare", "sleeve", "clutter", "jpeg", "low-res", "phone-photo")
 CONDITIONS = (*PRINTINGS, *PHOTO_CONDITIONS)
 
 
