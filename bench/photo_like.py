@@ -22,7 +22,9 @@ from stage_e_dagster.catalog.engine import make_engine
 from stage_e_dagster.catalog.migrate import upgrade
 from stage_e_dagster.corpus.photo import CONDITIONS
 from stage_e_dagster.corpus.seed import seed_corpus
-from stage_e_dagster.evaluation.conditions import format_scores, scores_by_condition
+from stage_e_dagster.cli.evaluate import by_table
+from stage_e_dagster.cli.output import print_table
+from stage_e_dagster.evaluation.conditions import scores_by_condition
 from stage_e_dagster.evaluation.labels import load_labels
 from stage_e_dagster.stage_c.fetch import ImageFetcher
 from stage_e_dagster.stage_c.run import run_stage_c
@@ -61,7 +63,7 @@ def main() -> None:
         return
     print(f"photo-like corpus: {summary.cards} cards, {args.per_condition} per condition, seed {args.seed}; "
           f"seeded in {seeded - started:.0f} s, Stage C + D in {done - seeded:.0f} s")
-    print(format_scores(rows))
+    print_table(by_table(rows))
 
 
 if __name__ == "__main__":

@@ -34,16 +34,3 @@ def scores_by_condition(engine: sa.Engine, labels: list[dict[str, Any]], *, fiel
     rows.append(_row("total", engine, labels))
     return rows
 
-
-def format_scores(rows: list[dict[str, Any]]) -> str:
-    """The table as plain text: ``right/printed`` for the number and set columns; the last column
-    counts the votes the art fallback cast (the rest are the join key's)."""
-    cells = [["condition", "cards", "number right", "set right", "votes", "wrong votes", "of them by art"]]
-    for r in rows:
-        cells.append([r["condition"], str(r["cards"]), f"{r['number_right']}/{r['number_printed']}",
-                      f"{r['set_right']}/{r['set_printed']}", str(r["votes"]), str(r["wrong_votes"]),
-                      str(r["fallback_votes"])])
-    widths = [max(len(row[i]) for row in cells) for i in range(len(cells[0]))]
-    lines = ["  ".join(cell.ljust(w) if i == 0 else cell.rjust(w) for i, (cell, w) in enumerate(zip(row, widths)))
-             for row in cells]
-    return "\n".join(lines)
