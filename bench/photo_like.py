@@ -20,10 +20,10 @@ from pathlib import Path
 
 from stage_e_dagster.catalog.engine import make_engine
 from stage_e_dagster.catalog.migrate import upgrade
-from stage_e_dagster.corpus.photo import CONDITIONS
-from stage_e_dagster.corpus.seed import seed_corpus
 from stage_e_dagster.cli.evaluate import by_table
 from stage_e_dagster.cli.output import print_table
+from stage_e_dagster.corpus.photo import CONDITIONS
+from stage_e_dagster.corpus.seed import seed_corpus
 from stage_e_dagster.evaluation.conditions import scores_by_condition
 from stage_e_dagster.evaluation.labels import load_labels
 from stage_e_dagster.stage_c.fetch import ImageFetcher

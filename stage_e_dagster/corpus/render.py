@@ -57,8 +57,8 @@ def bottom_lines(p: PrintingSpec) -> tuple[str, str]:
     2008-2014 frame, whose number ends the legal line)."""
     lang = p.lang.upper()
     if p.style == "pre2015":
-        return (f"Illus. {p.artist}",
-                f"\u2122 & \u00a9 {p.released.year} Wizards of the Coast {int(p.collector_number)}/{p.set_size} {p.rarity}")
+        number = f"{int(p.collector_number)}/{p.set_size} {p.rarity}"
+        return f"Illus. {p.artist}", f"\u2122 & \u00a9 {p.released.year} Wizards of the Coast {number}"
     if p.style == "slash":
         return f"{int(p.collector_number):03d}/{p.set_size:03d} {p.rarity}", f"{p.set_code} \u2022 {lang}"
     if p.style == "rarity":

@@ -7,9 +7,6 @@ import io
 import threading
 import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Iterator
-
-import pytest
 
 from stage_e_dagster.corpus.art import render_art
 
@@ -55,12 +52,3 @@ class ArtServer:
     def paths(self) -> list[str]:
         return [p for p, _ in self.requests]
 
-
-@pytest.fixture
-def server() -> Iterator[ArtServer]:
-    srv = ArtServer()
-    srv.thread.start()
-    yield srv
-    srv.httpd.shutdown()
-    srv.httpd.server_close()
-    srv.thread.join(timeout=10)

@@ -27,7 +27,7 @@ from stage_e_dagster.stage_d import agents as A
 from stage_e_dagster.stage_d.fallback import ART_MARGIN, ART_MAX_DISTANCE
 from stage_e_dagster.stage_d.run import run_stage_d
 
-from .art_server import ArtServer, art_jpeg, server  # noqa: F401 (server is a fixture)
+from .art_server import ArtServer, art_jpeg
 
 NAME, ARTIST = "Plague Rats", "Anson Maddocks"
 SETS = (("3ed", "1994-04-01"), ("4ed", "1995-04-01"), ("chr", "1995-07-01"))

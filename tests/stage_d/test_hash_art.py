@@ -26,7 +26,7 @@ from stage_e_dagster.cli.errors import CliError
 from stage_e_dagster.cli.main import app
 from stage_e_dagster.stage_c.hashing import phash_int
 
-from .art_server import ArtServer, art_jpeg, server  # noqa: F401 (server is a fixture)
+from .art_server import ArtServer, art_jpeg
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "scryfall"
 
@@ -92,7 +92,8 @@ def test_hash_art_stores_hashes_paces_and_resumes(cli_env: str, sqlite_engine: s
     assert server.requests[-1][1] - started >= 4 / SCRYFALL_RATE_PER_SEC - 0.01
     rows = stored(sqlite_engine)
     for n in (1, 2, 4, 5):
-        assert rows[str(n)] == (phash_int(Image.open(io.BytesIO(art_jpeg(n)))), server.url(f"/art_crop/front/{n}.jpg?1"))
+        expected = phash_int(Image.open(io.BytesIO(art_jpeg(n))))
+        assert rows[str(n)] == (expected, server.url(f"/art_crop/front/{n}.jpg?1"))
     assert rows["3"] == (None, None)
 
     del server.status["/art_crop/front/3.jpg"]
