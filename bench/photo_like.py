@@ -4,7 +4,9 @@ Seeds ``stage-e seed --photo-like`` into a throwaway SQLite catalogue (every con
 number of cards), runs Stage C (real localisation and Tesseract) and Stage D over it in this
 process, as ``stage-e bulk --stage all`` does, and prints one row per condition: cards, collector
 numbers read right (of the cards that print one), set codes read right (of those that print one),
-machine votes and wrong machine votes. Not a speed benchmark: it prints scores, not ratios.
+machine votes, wrong machine votes and the votes the art fallback cast; then, per condition, what
+each calculator's pass came to (``join-key:border-mismatch 4``), which says why a row fails. Not a
+speed benchmark: it prints scores, not ratios.
 
     .venv/bin/python bench/photo_like.py [--per-condition 10] [--seed 0] [--json] [--keep DIR]
 """
@@ -24,7 +26,7 @@ from stage_e_dagster.cli.evaluate import by_table
 from stage_e_dagster.cli.output import print_table
 from stage_e_dagster.corpus.photo import CONDITIONS
 from stage_e_dagster.corpus.seed import seed_corpus
-from stage_e_dagster.evaluation.conditions import scores_by_condition
+from stage_e_dagster.evaluation.conditions import outcomes_by_condition, scores_by_condition
 from stage_e_dagster.evaluation.labels import load_labels
 from stage_e_dagster.stage_c.fetch import ImageFetcher
 from stage_e_dagster.stage_c.run import run_stage_c
@@ -53,17 +55,22 @@ def main() -> None:
             run_stage_c(engine, None, writer="bulk:photo-like", run_id="photo-like-c", fetcher=fetcher)
         run_stage_d(engine, None, run_id="photo-like-d")
         done = time.perf_counter()
-        rows = scores_by_condition(engine, load_labels(summary.labels_path))
+        labels = load_labels(summary.labels_path)
+        rows = scores_by_condition(engine, labels)
+        outcomes = outcomes_by_condition(engine, labels)
         engine.dispose()
     finally:
         if not args.keep:
             shutil.rmtree(work, ignore_errors=True)
     if args.json:
-        print(json.dumps(rows, indent=2))
+        print(json.dumps({"conditions": rows, "outcomes": outcomes}, indent=2))
         return
     print(f"photo-like corpus: {summary.cards} cards, {args.per_condition} per condition, seed {args.seed}; "
           f"seeded in {seeded - started:.0f} s, Stage C + D in {done - seeded:.0f} s")
     print_table(by_table(rows))
+    print("Stage D outcomes per condition (calculator:outcome cards):")
+    for name, counts in outcomes.items():
+        print(f"  {name}: " + ", ".join(f"{k} {v}" for k, v in sorted(counts.items())))
 
 
 if __name__ == "__main__":

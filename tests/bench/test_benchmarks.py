@@ -117,7 +117,11 @@ def test_scale_bench_prints_its_ratio_lines() -> None:
 
 @pytest.mark.slow
 def test_photo_like_bench_prints_a_row_per_condition() -> None:
-    rows = json.loads(run_bench("photo_like.py", "--per-condition", "1", "--json", timeout=600))
+    printed = json.loads(run_bench("photo_like.py", "--per-condition", "1", "--json", timeout=600))
+    rows, outcomes = printed["conditions"], printed["outcomes"]
+    assert list(outcomes) == list(CONDITIONS)
+    for name, counts in outcomes.items():  # every card got a join-key pass, and nothing else was counted
+        assert sum(n for k, n in counts.items() if k.startswith("join-key:")) == 1, (name, counts)
     assert [r["condition"] for r in rows] == [*CONDITIONS, "total"]
     total = rows[-1]
     assert total["cards"] == len(CONDITIONS) == sum(r["cards"] for r in rows[:-1])

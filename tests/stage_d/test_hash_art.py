@@ -59,6 +59,13 @@ def cli_env(sqlite_url: str, server: ArtServer, monkeypatch: pytest.MonkeyPatch)
     return sqlite_url
 
 
+@pytest.fixture
+def cli_on_engine(engine: sa.Engine, server: ArtServer, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The CLI pointed at ``engine``, SQLite or PostgreSQL (the pacer's row lives there too)."""
+    monkeypatch.setenv("STAGE_E_DATABASE_URL", engine.url.render_as_string(hide_password=False))
+    monkeypatch.setenv("STAGE_E_FETCH_ALLOWED_HOSTS", server.host)
+
+
 def hash_art(*args: str) -> dict[str, object]:
     out = CliRunner().invoke(app, ["catalog", "hash-art", "--json", *args])
     assert out.exit_code == 0, out.output
@@ -77,12 +84,12 @@ def test_import_keeps_the_art_crop_url_of_the_card_or_its_front_face(sqlite_engi
     assert urls[faced["id"]].startswith("https://cards.scryfall.io/art_crop/front/")
 
 
-def test_hash_art_stores_hashes_paces_and_resumes(cli_env: str, sqlite_engine: sa.Engine, server: ArtServer,
+def test_hash_art_stores_hashes_paces_and_resumes(engine: sa.Engine, cli_on_engine: None, server: ArtServer,
                                                    tmp_path: Path) -> None:
     for n in range(1, 6):
         server.images[f"/art_crop/front/{n}.jpg"] = art_jpeg(n)
     server.status["/art_crop/front/3.jpg"] = 404  # missing on the first run
-    import_records(sqlite_engine, tmp_path, [card_record(server, n) for n in range(1, 6)])
+    import_records(engine, tmp_path, [card_record(server, n) for n in range(1, 6)])
 
     started = time.time()
     first = hash_art()
@@ -90,7 +97,7 @@ def test_hash_art_stores_hashes_paces_and_resumes(cli_env: str, sqlite_engine: s
     assert sorted(server.paths()) == [f"/art_crop/front/{n}.jpg" for n in range(1, 6)]
     # Paced at Scryfall's 10/s: the fifth request cannot start before four intervals after the run began.
     assert server.requests[-1][1] - started >= 4 / SCRYFALL_RATE_PER_SEC - 0.01
-    rows = stored(sqlite_engine)
+    rows = stored(engine)
     for n in (1, 2, 4, 5):
         expected = phash_int(Image.open(io.BytesIO(art_jpeg(n))))
         assert rows[str(n)] == (expected, server.url(f"/art_crop/front/{n}.jpg?1"))
@@ -101,7 +108,7 @@ def test_hash_art_stores_hashes_paces_and_resumes(cli_env: str, sqlite_engine: s
     second = hash_art()
     assert (second["pending"], second["hashed"]) == (1, 1)
     assert server.paths() == ["/art_crop/front/3.jpg"]  # the hashed ones are not fetched again
-    assert stored(sqlite_engine)["3"][0] == phash_int(Image.open(io.BytesIO(art_jpeg(3))))
+    assert stored(engine)["3"][0] == phash_int(Image.open(io.BytesIO(art_jpeg(3))))
 
     server.requests.clear()
     assert (hash_art()["pending"], hash_art()["hashed"]) == (0, 0)
@@ -109,11 +116,11 @@ def test_hash_art_stores_hashes_paces_and_resumes(cli_env: str, sqlite_engine: s
 
     # Scryfall changed printing 2's image: the re-import gives a new URL, and only that one is fetched again.
     server.images["/art_crop/front/2.jpg"] = art_jpeg(202)
-    import_records(sqlite_engine, tmp_path, [card_record(server, 2, version="2")])
+    import_records(engine, tmp_path, [card_record(server, 2, version="2")])
     again = hash_art()
     assert (again["pending"], again["hashed"]) == (1, 1)
     assert server.paths() == ["/art_crop/front/2.jpg"]
-    assert stored(sqlite_engine)["2"] == (phash_int(Image.open(io.BytesIO(art_jpeg(202)))),
+    assert stored(engine)["2"] == (phash_int(Image.open(io.BytesIO(art_jpeg(202)))),
                                           server.url("/art_crop/front/2.jpg?2"))
 
 
