@@ -41,7 +41,6 @@ def scores_by_condition(engine: sa.Engine, labels: list[dict[str, Any]], *, fiel
     return rows
 
 
-
 def outcomes_by_condition(engine: sa.Engine, labels: list[dict[str, Any]], *, field: str = "condition"
                           ) -> dict[str, Counter[str]]:
     """Per value of ``field``: how many cards each calculator's pass ended in each outcome
