@@ -19,7 +19,7 @@ import sqlalchemy as sa
 from PIL import Image
 from typer.testing import CliRunner
 
-from stage_e_dagster.catalog.models import Printing
+from stage_e_dagster.catalog.models import FetchPacer, Printing
 from stage_e_dagster.catalog_import.art_hashes import SCRYFALL_RATE_PER_SEC
 from stage_e_dagster.catalog_import.scryfall import import_scryfall
 from stage_e_dagster.cli.errors import CliError
@@ -95,7 +95,12 @@ def test_hash_art_stores_hashes_paces_and_resumes(engine: sa.Engine, cli_on_engi
     first = hash_art()
     assert (first["pending"], first["hashed"], first["failed"], first["stopped"]) == (5, 4, {"not-found": 1}, None)
     assert sorted(server.paths()) == [f"/art_crop/front/{n}.jpg" for n in range(1, 6)]
-    # Paced at Scryfall's 10/s: the fifth request cannot start before four intervals after the run began.
+    # Paced at Scryfall's 10/s through the shared pacer: five slots were taken one interval apart, so
+    # the next free one is at least five intervals after the run began, and the fifth request
+    # reached the host no sooner than four intervals after it.
+    with engine.connect() as conn:
+        next_slot = conn.execute(sa.select(FetchPacer.next_slot_at).where(FetchPacer.name == "127.0.0.1")).scalar_one()
+    assert next_slot - started >= 5 / SCRYFALL_RATE_PER_SEC - 0.01
     assert server.requests[-1][1] - started >= 4 / SCRYFALL_RATE_PER_SEC - 0.01
     rows = stored(engine)
     for n in (1, 2, 4, 5):
