@@ -176,3 +176,26 @@ def test_hash_art_counts_an_undecodable_answer_and_keeps_it_pending(
     assert (report["hashed"], report["failed"]) == (1, {"not-an-image": 1})
     assert stored(sqlite_engine)["1"] == (None, None)
     assert hash_art()["pending"] == 1
+
+
+def test_hash_art_limit_and_a_throttled_answer_leave_the_rest_pending(
+    cli_env: str, sqlite_engine: sa.Engine, server: ArtServer, tmp_path: Path
+) -> None:
+    for n in range(1, 5):
+        server.images[f"/art_crop/front/{n}.jpg"] = art_jpeg(n)
+    server.status["/art_crop/front/1.jpg"] = 429
+    import_records(sqlite_engine, tmp_path, [card_record(server, n) for n in range(1, 5)])
+
+    first = hash_art("--limit", "2")
+    assert (first["pending"], first["hashed"], first["throttled"], first["failed"]) == (4, 1, 1, {})
+    assert server.paths() == ["/art_crop/front/1.jpg", "/art_crop/front/2.jpg"]
+    with sqlite_engine.connect() as conn:  # the 429 widened the shared pacer's interval
+        scale = conn.execute(sa.select(FetchPacer.interval_scale).where(FetchPacer.name == "127.0.0.1")).scalar_one()
+    assert scale > 1.0
+
+    del server.status["/art_crop/front/1.jpg"]
+    server.requests.clear()
+    rest = hash_art()
+    assert (rest["pending"], rest["hashed"]) == (3, 3)
+    assert sorted(server.paths()) == [f"/art_crop/front/{n}.jpg" for n in (1, 3, 4)]
+    assert all(h is not None for h, _ in stored(sqlite_engine).values())
