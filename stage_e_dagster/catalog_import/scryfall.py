@@ -19,7 +19,8 @@ and the first few are described in the report.
 Records are read one at a time with ijson, never the whole file, and written in batches, each its
 own transaction. Printings are upserted on the Scryfall id, so importing the same file twice adds
 nothing; a printing already in the catalogue under the same set, collector number and language
-without a Scryfall id is adopted. Art hashes come from optional local images named
+without a Scryfall id is adopted. Each printing keeps its art crop URL, which ``art_hashes`` fetches
+to hash; offline, art hashes come from optional local images named
 ``<scryfall id>.{jpg,jpeg,png,webp}``, hashed exactly as Stage C hashes an upload.
 """
 
@@ -53,7 +54,8 @@ UTF8_BOM = b"\xef\xbb\xbf"
 JSON_WHITESPACE = b" \t\r\n"
 REQUIRED_TEXT = ("id", "set", "collector_number", "name")
 PRINTING_COLUMNS = ("name", "normalized_name", "printed_name", "face_names", "printed_face_names",
-                    "collector_number", "lang", "artist", "border_color", "frame", "layout", "released_at")
+                    "collector_number", "lang", "artist", "border_color", "frame", "layout", "released_at",
+                    "art_crop_url")
 OPTIONAL_TEXT = ("lang", "printed_name", "artist", "set_name", "border_color", "frame", "layout", "released_at")
 
 
@@ -342,7 +344,17 @@ def _printing_row(obj: Any, report: ImportReport) -> dict[str, Any] | None:
         "frame": obj.get("frame"),
         "layout": layout,
         "released_at": _date(obj.get("released_at")),
+        "art_crop_url": _art_crop_url(obj, faces),
     }
+
+
+def _art_crop_url(obj: dict[str, Any], faces: list[dict[str, Any]]) -> str | None:
+    """``image_uris.art_crop``; a multi-face card with images per face gives its front face's."""
+    for uris in (obj.get("image_uris"), *(f.get("image_uris") for f in faces[:1])):
+        url = uris.get("art_crop") if isinstance(uris, dict) else None
+        if isinstance(url, str) and url.startswith(("https://", "http://")) and len(url) <= 500:
+            return url
+    return None
 
 
 def _text(value: Any) -> str | None:
@@ -470,4 +482,4 @@ def _hashes(images_dir: Path | None, scryfall_id: str, report: ImportReport) -> 
         report.images_unreadable += 1
         return {}
     report.art_hashed += 1
-    return {"image_phash": phash_int(rgb), "art_phash": art_phash(rgb)}
+    return {"image_phash": phash_int(rgb), "art_phash": art_phash(rgb), "art_phash_url": None}

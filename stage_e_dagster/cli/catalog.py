@@ -8,8 +8,10 @@ from typing import Annotated
 
 import typer
 
+from ..catalog_import.art_hashes import SCRYFALL_RATE_PER_SEC, count_pending, hash_art
 from ..catalog_import.scryfall import ScryfallImportError, import_scryfall
-from .context import catalog_engine
+from ..stage_c.fetch import ImageFetcher
+from .context import catalog_engine, settings
 from .errors import CliError
 from .output import progress_bar
 
@@ -52,3 +54,37 @@ def import_scryfall_command(
     )
     for example in report.skip_examples:
         typer.echo(f"  skipped {example}")
+
+
+@app.command("hash-art")
+def hash_art_command(
+    limit: Annotated[int | None, typer.Option("--limit", min=1, help="Hash at most this many printings.")] = None,
+    rate: Annotated[float, typer.Option(
+        "--rate", min=0.1, max=SCRYFALL_RATE_PER_SEC,
+        help="Requests per second to the image host, across every process (Scryfall's limit, 10, at most).")
+    ] = SCRYFALL_RATE_PER_SEC,
+    as_json: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
+) -> None:
+    """Fetch each imported printing's art crop from Scryfall and store its art hash, for the fallback.
+
+    Resumable: printings already hashed (from the same URL) are skipped, failures stay pending for
+    the next run. The image host must be in STAGE_E_FETCH_ALLOWED_HOSTS (cards.scryfall.io). A 403
+    stops the run at once; the hashes stored before it stay.
+    """
+    cfg = settings()
+    engine = catalog_engine(cfg)
+    pending = count_pending(engine)
+    total = pending if limit is None else min(pending, limit)
+    with ImageFetcher(engine=engine, image_roots=(), allowed_hosts=cfg.fetch_allowed_hosts,
+                      timeout_s=cfg.fetch_timeout_s, max_bytes=cfg.fetch_max_bytes, rate_per_sec=rate) as fetcher, \
+            progress_bar("hashing art crops", total, unit="images", quiet=as_json) as bar:
+        report = hash_art(engine, fetcher, limit=limit, progress=bar.advance)
+    if as_json:
+        typer.echo(json.dumps(report.as_dict(), indent=2))
+    else:
+        failed = ", ".join(f"{k} {v}" for k, v in sorted(report.failed.items())) or "none"
+        typer.echo(f"hashed {report.hashed} of {report.pending} pending printings in {report.elapsed_s:.1f} s "
+                   f"({report.rate_per_sec:.1f}/s); throttled {report.throttled}; failed: {failed}")
+    if report.stopped is not None:
+        raise CliError(f"hash-art stopped ({report.stopped}): {report.stop_detail}; "
+                       f"{report.hashed} hashes stored, run it again to resume")

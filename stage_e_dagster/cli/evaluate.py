@@ -14,13 +14,14 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
+from ..evaluation.conditions import scores_by_condition
 from ..evaluation.labels import LabelFileError, load_labels
 from ..evaluation.report import flatten
 from ..evaluation.stage_c import evaluate_stage_c
 from ..evaluation.stage_d import evaluate_stage_d
 from .context import catalog_engine
 from .errors import CliError
-from .output import percent
+from .output import percent, print_table, table
 
 Evaluator = Callable[[sa.Engine, list[dict[str, Any]]], dict[str, Any]]
 
@@ -44,9 +45,22 @@ def section_table(title: str, values: dict[str, Any]) -> Table:
     return grid
 
 
+def by_table(rows: list[dict[str, Any]]) -> Table:
+    grid = table("condition", "cards", "number right", "set right", "votes", "wrong votes", "by art",
+                 ids=("condition",))
+    for r in rows:
+        grid.add_row(r["condition"], str(r["cards"]), f"{r['number_right']}/{r['number_printed']}",
+                     f"{r['set_right']}/{r['set_printed']}", str(r["votes"]), str(r["wrong_votes"]),
+                     str(r["fallback_votes"]))
+    return grid
+
+
 def evaluate(
     labels: Annotated[Path, typer.Argument(help="Label file: one JSON object per line with an 'identifier'.")],
     as_json: Annotated[bool, typer.Option("--json", help="Print one flat JSON object.")] = False,
+    by: Annotated[str | None, typer.Option(
+        "--by", help="One row per value of this label field (e.g. condition, from `seed --photo-like`): "
+                     "numbers and set codes read right, votes and wrong votes.")] = None,
 ) -> None:
     """Report accuracy of the stored evidence (and votes) against LABELS."""
     try:
@@ -54,6 +68,15 @@ def evaluate(
     except LabelFileError as exc:
         raise CliError(str(exc)) from None
     engine = catalog_engine()
+    if by is not None:
+        if not any(by in row for row in rows):
+            raise CliError(f"no label in {labels} has a field {by!r}")
+        scores = scores_by_condition(engine, rows, field=by)
+        if as_json:
+            typer.echo(json.dumps(scores, indent=2))
+        else:
+            print_table(by_table(scores))
+        return
     sections = {title: evaluator(engine, rows) for title, evaluator in EVALUATORS.items()}
     if as_json:
         typer.echo(json.dumps(flatten(sections), sort_keys=True))

@@ -42,6 +42,10 @@ def seed(
                                    "(default: corpus/ in its first folder)."),
     ] = None,
     seed_value: Annotated[int, typer.Option("--seed", help="Random seed; the same seed gives the same corpus.")] = 0,
+    photo_like: Annotated[bool, typer.Option(
+        "--photo-like", help="Render phone-photo-like uploads, one condition per card in turn (collector-line "
+                             "formats, borders, languages, tilt, blur, glare, sleeves, clutter, JPEG, low "
+                             "resolution); each label names its condition.")] = False,
     as_json: Annotated[bool, typer.Option("--json", help="Print the summary as JSON.")] = False,
 ) -> None:
     """Render a synthetic labelled corpus and load its catalogue and cards."""
@@ -53,7 +57,8 @@ def seed(
         raise CliError(f"--out {out_dir} exists and is not a folder")
     engine = catalog_engine(cfg)
     with progress_bar("rendering cards", cards, quiet=as_json) as bar:
-        summary = seed_corpus(engine, out_dir, cards=cards, seed=seed_value, progress=bar.advance)
+        summary = seed_corpus(engine, out_dir, cards=cards, seed=seed_value, progress=bar.advance,
+                              photo_like=photo_like)
     data = {
         "cards": summary.cards, "printings": summary.printings, "expansions": summary.expansions,
         "images_dir": str(summary.images_dir), "labels": str(summary.labels_path), "broken": summary.broken,

@@ -27,7 +27,8 @@ class SetSpec:
     code: str          # upper case as printed
     name: str
     released: date
-    style: str         # "old" (no collector line), "slash" (041/281 C over DMU • EN), "rarity" (C 0100 over FDN • EN)
+    style: str         # "old" (no collector number), "pre2015" (Illus. line, then the legal line ending 123/350 R),
+                       # "slash" (041/281 C over DMU • EN), "rarity" (C 0100 over FDN • EN)
     frame: str
     size: int
 
@@ -67,19 +68,31 @@ def _card_name(rng: random.Random) -> str:
     return f"{first}'s {rng.choice(_NOUNS)}" if rng.random() < 0.3 else f"{first} {rng.choice(_NOUNS)}"
 
 
-def build_catalogue(rng: random.Random, printings: int) -> tuple[list[SetSpec], list[PrintingSpec]]:
+# The style of set i is STYLE_CYCLE[i % len]: one old frame in eight, the rest modern.
+STYLE_CYCLE = ("old", "slash", "slash", "slash", "rarity", "slash", "slash", "rarity")
+# Every collector-line format alike, for the photo-like corpus.
+EVERY_STYLE_CYCLE = ("old", "pre2015", "slash", "rarity")
+
+
+def _set_style(rng: random.Random, style: str) -> tuple[str, str, int]:
+    """The style, Scryfall frame and release year of a set printed in ``style``."""
+    if style == "old":
+        return style, rng.choice(("1993", "1997")), rng.randint(1994, 2002)
+    if style == "pre2015":
+        return style, "2003", rng.randint(2008, 2014)
+    if style == "slash":
+        return style, "2015", rng.randint(2015, 2023)
+    return style, "2015", rng.randint(2024, 2025)
+
+
+def build_catalogue(rng: random.Random, printings: int, *,
+                    styles: tuple[str, ...] = STYLE_CYCLE) -> tuple[list[SetSpec], list[PrintingSpec]]:
     """``printings`` printings over enough sets; about a third of the names appear in several sets."""
     set_count = max(6, printings // 20)
     taken: set[str] = set()
     sets: list[SetSpec] = []
     for i in range(set_count):
-        roll = i % 8
-        if roll == 0:
-            style, frame, year = "old", rng.choice(("1993", "1997")), rng.randint(1994, 2002)
-        elif roll in (1, 2, 3, 5, 6):
-            style, frame, year = "slash", "2015", rng.randint(2015, 2023)
-        else:
-            style, frame, year = "rarity", "2015", rng.randint(2024, 2025)
+        style, frame, year = _set_style(rng, styles[i % len(styles)])
         code = _set_code(rng, taken)
         sets.append(SetSpec(code=code, name=f"{_card_name(rng).split()[0]} Saga {i + 1}",
                             released=date(year, rng.randint(1, 12), rng.randint(1, 28)),

@@ -53,8 +53,12 @@ def _box(name: str, w: int, h: int) -> tuple[int, int, int, int]:
 
 
 def bottom_lines(p: PrintingSpec) -> tuple[str, str]:
-    """The two collector-block lines as printed (empty for old frames)."""
+    """The two collector-block lines as printed (empty for old frames; the two bottom lines of a
+    2008-2014 frame, whose number ends the legal line)."""
     lang = p.lang.upper()
+    if p.style == "pre2015":
+        number = f"{int(p.collector_number)}/{p.set_size} {p.rarity}"
+        return f"Illus. {p.artist}", f"\u2122 & \u00a9 {p.released.year} Wizards of the Coast {number}"
     if p.style == "slash":
         return f"{int(p.collector_number):03d}/{p.set_size:03d} {p.rarity}", f"{p.set_code} \u2022 {lang}"
     if p.style == "rarity":
@@ -130,6 +134,9 @@ def render_face(p: PrintingSpec, v: Variant) -> Image.Image:
         for y, text in ((y1, credit), (y2, legal.replace("\u2122 & ", ""))):
             tw = draw.textlength(text, font=font)
             draw.text(((w - tw) / 2, y), text, font=font, fill=ink)
+    elif p.style == "pre2015":
+        for y, text in zip((y1, y2), bottom_lines(p)):
+            draw.text((left, y), text, font=font, fill=ink)
     else:
         line1, line2 = bottom_lines(p)
         draw.text((left, y1), line1, font=font, fill=ink)

@@ -39,8 +39,9 @@ CHECKS: dict[str, tuple[Callable[[dict[str, Any]], bool], Callable[[dict[str, An
         lambda lb: _readable(lb) and bool(lb.get("collector_number")) and lb.get("collector_line_printed", True),
         lambda lb, ev: normalize_number(ev.collector_number) == normalize_number(str(lb["collector_number"])),
     ),
-    "set_code": (
-        lambda lb: _readable(lb) and bool(lb.get("set_code")) and lb.get("collector_line_printed", True),
+    "set_code": (  # a 2008-2014 frame prints a number but no set code: ``set_code_printed`` false
+        lambda lb: _readable(lb) and bool(lb.get("set_code"))
+        and lb.get("set_code_printed", lb.get("collector_line_printed", True)),
         lambda lb, ev: (ev.collector_set_code or "").lower() == str(lb["set_code"]).lower(),
     ),
     "bleed": (

@@ -60,7 +60,8 @@ def decide_fallback(evidence: Any, candidates: Sequence[PrintingFacts]) -> Decis
     if not ranked:
         return abstain(A.NO_ART_HASH)
     best_distance, best_id = ranked[0]
-    detail = {"distances": [d for d, _ in ranked[:5]], "readings": readings}
+    detail = {"distances": [d for d, _ in ranked[:5]], "nearest_printings": [pid for _, pid in ranked[:5]],
+              "readings": readings}
     if best_distance > ART_MAX_DISTANCE:
         return abstain(A.ELIMINATED, **detail)
     if len(ranked) > 1 and ranked[1][0] - best_distance < ART_MARGIN:

@@ -225,7 +225,8 @@ def _persist(
     vote_rows = [
         {"card_id": cid, "printing_id": decisions[cid].printing_id,
          "is_no_match": decisions[cid].kind == A.OUTCOME_NO_MATCH,
-         "agent_id": agent, "source": A.MACHINE_SOURCE, "confidence": decisions[cid].confidence, "run_id": run_id}
+         "agent_id": agent, "source": A.MACHINE_SOURCE, "confidence": decisions[cid].confidence, "run_id": run_id,
+         "detail": decisions[cid].detail or None}
         for cid in claimed_ids if decisions[cid].is_vote
     ]
     written = insert_ignore(session, PrintingVote.__table__, vote_rows, returning=PrintingVote.__table__.c.id)

@@ -5,12 +5,15 @@ They check that the benchmarks still run against the current code, never how fas
 
 from __future__ import annotations
 
+import json
 import re
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+
+from stage_e_dagster.corpus.photo import CONDITIONS
 
 BENCH = Path(__file__).resolve().parents[2] / "bench"
 NUMBER = r"[-+]?\d+\.\d+"
@@ -110,3 +113,20 @@ def test_scale_bench_prints_its_ratio_lines() -> None:
                      out, re.M), out
     assert re.search(rf"^ratio partitions after retention / batches finished within \d+ days: {NUMBER}", out, re.M), out
     assert re.search(rf"^\[load\] start: {NUMBER} {NUMBER} {NUMBER}", out, re.M), out
+
+
+@pytest.mark.slow
+def test_photo_like_bench_prints_a_row_per_condition() -> None:
+    printed = json.loads(run_bench("photo_like.py", "--per-condition", "1", "--json", timeout=600))
+    rows, outcomes = printed["conditions"], printed["outcomes"]
+    assert list(outcomes) == list(CONDITIONS)
+    for name, counts in outcomes.items():  # every card got a join-key pass, and nothing else was counted
+        assert sum(n for k, n in counts.items() if k.startswith("join-key:")) == 1, (name, counts)
+    assert [r["condition"] for r in rows] == [*CONDITIONS, "total"]
+    total = rows[-1]
+    assert total["cards"] == len(CONDITIONS) == sum(r["cards"] for r in rows[:-1])
+    for key in ("number_right", "set_right", "votes", "wrong_votes"):
+        assert total[key] == sum(r[key] for r in rows[:-1]), key
+    old = next(r for r in rows if r["condition"] == "format-old")
+    assert old["number_printed"] == 0  # an old frame prints no collector number
+    assert total["number_right"] > 0 and total["votes"] > 0

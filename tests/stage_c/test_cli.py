@@ -9,6 +9,7 @@ import pytest
 from typer.testing import CliRunner
 
 from stage_e_dagster.cli.main import app
+from stage_e_dagster.corpus.photo import CONDITIONS
 
 runner = CliRunner()
 
@@ -47,6 +48,28 @@ def test_seed_bulk_evaluate(env: Path) -> None:
 
     table = runner.invoke(app, ["evaluate", str(env / "corpus" / "labels.jsonl")])
     assert "collector_number_accuracy" in table.output
+
+
+def test_seed_photo_like_then_evaluate_by_condition(env: Path) -> None:
+    cards = len(CONDITIONS)
+    seeded = runner.invoke(app, ["seed", "--photo-like", "--cards", str(cards), "--out", str(env / "corpus"), "--json"])
+    assert seeded.exit_code == 0, seeded.output
+    assert json.loads(seeded.output)["cards"] == cards
+    labels = env / "corpus" / "labels.jsonl"
+    assert [json.loads(line)["condition"] for line in labels.read_text().splitlines()] == list(CONDITIONS)
+    assert runner.invoke(app, ["bulk", "--stage", "all", "--json"]).exit_code == 0
+
+    out = runner.invoke(app, ["evaluate", str(labels), "--by", "condition", "--json"])
+    assert out.exit_code == 0, out.output
+    rows = {r["condition"]: r for r in json.loads(out.output)}
+    assert list(rows) == [*CONDITIONS, "total"]
+    assert rows["total"]["cards"] == cards and rows["format-old"]["number_printed"] == 0
+    assert rows["format-pre2015"]["set_printed"] == 0  # a 2008-2014 frame prints no set code
+    assert rows["baseline"]["number_right"] == 1 and rows["baseline"]["votes"] == 1
+    table = runner.invoke(app, ["evaluate", str(labels), "--by", "condition"])
+    assert "phone-photo" in table.output and "wrong votes" in table.output
+    refused = runner.invoke(app, ["evaluate", str(labels), "--by", "nope"])
+    assert "no label in" in str(refused.exception) and "'nope'" in str(refused.exception)
 
 
 def test_user_errors_are_one_line(env: Path) -> None:

@@ -55,5 +55,11 @@ class Printing(Base):
     released_at: Mapped[date | None] = mapped_column(sa.Date)
     image_phash: Mapped[int | None] = mapped_column(sa.BigInteger, comment="signed 64-bit pHash of the whole card")
     art_phash: Mapped[int | None] = mapped_column(sa.BigInteger, comment="signed 64-bit pHash of the art box")
+    # `stage-e catalog hash-art` fetches the art from here; a Scryfall URL carries the image's version
+    # (``?1562928153``), so a hash whose source URL differs from the current one is stale.
+    art_crop_url: Mapped[str | None] = mapped_column(
+        sa.String(500), comment="Scryfall image_uris.art_crop (front face of a multi-face card)")
+    art_phash_url: Mapped[str | None] = mapped_column(
+        sa.String(500), comment="the URL art_phash was computed from; NULL when from a local image")
 
     expansion: Mapped[Expansion] = relationship(back_populates="printings")

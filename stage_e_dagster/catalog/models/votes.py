@@ -49,6 +49,8 @@ class PrintingVote(Base):
     agent_id: Mapped[str] = mapped_column(sa.String(64), comment="stable engine id or the person's name")
     source: Mapped[str] = mapped_column(sa.String(10))
     confidence: Mapped[float | None] = mapped_column(sa.Float, comment="informational; consensus ignores it")
+    detail: Mapped[dict[str, Any] | None] = mapped_column(
+        sa.JSON, comment="what a calculator saw when it voted (the fallback's art distances); NULL for people")
     run_id: Mapped[str | None] = mapped_column(sa.String(64), index=True)
     created_at: Mapped[created_at]
 

@@ -1,0 +1,133 @@
+"""Give printings an art hash from the art crops Scryfall serves, fetched through Stage C's guarded fetch.
+
+The fallback calculator places a card by its art only when printings have an art hash; the importer
+stores each printing's ``image_uris.art_crop``, and this fetches it, hashes it with the function
+Stage C hashes an upload's art box with, and stores the hash with the URL it came from. Every
+request goes through :class:`~stage_e_dagster.stage_c.fetch.ImageFetcher`: the host allow-list,
+the global pacer (shared with every process that fetches from the host) and the byte ceiling. A
+403 stops the run at once (the host is refusing us; more requests would only prolong the ban);
+a host the settings do not allow stops it too, since every other printing would be refused alike.
+
+Resumable and idempotent: a printing is pending while it has an art crop URL and no art hash, or a
+hash taken from an older URL (Scryfall's URLs carry the image's version). What fails stays pending
+for the next run; what was hashed is never fetched again.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import Counter
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+import sqlalchemy as sa
+
+from ..catalog.models import Printing
+from ..stage_c.decode import decode_image
+from ..stage_c.fetch import CONFIG_REFUSED, OK, THROTTLED, FetchLockout, ImageFetcher
+from ..stage_c.hashing import phash_int
+
+# Scryfall asks for 50-100 ms between requests, 10 requests per second on average, on its API and
+# image hosts alike (https://scryfall.com/docs/api, "Rate Limits and Good Citizenship").
+SCRYFALL_RATE_PER_SEC = 10.0
+PAGE = 200  # pending printings read per query (keyset by id)
+
+
+@dataclass
+class ArtHashReport:
+    """What one ``hash-art`` run did; ``stopped`` names why it ended early (``lockout``, ``host-not-allowed``)."""
+
+    pending: int = 0
+    hashed: int = 0
+    throttled: int = 0
+    failed: Counter[str] = field(default_factory=Counter)  # by error class: not-found, timeout, not-an-image, ...
+    stopped: str | None = None
+    stop_detail: str | None = None
+    elapsed_s: float = 0.0
+
+    @property
+    def rate_per_sec(self) -> float:
+        return self.hashed / self.elapsed_s if self.elapsed_s > 0 else 0.0
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"pending": self.pending, "hashed": self.hashed, "throttled": self.throttled,
+                "failed": dict(sorted(self.failed.items())), "stopped": self.stopped,
+                "stop_detail": self.stop_detail, "elapsed_s": round(self.elapsed_s, 3),
+                "hashed_per_sec": round(self.rate_per_sec, 2)}
+
+
+def _pending() -> Any:
+    return sa.and_(
+        Printing.art_crop_url.is_not(None),
+        sa.or_(Printing.art_phash.is_(None),
+               sa.and_(Printing.art_phash_url.is_not(None), Printing.art_phash_url != Printing.art_crop_url)),
+    )
+
+
+def count_pending(engine: sa.Engine) -> int:
+    """Printings that ``hash_art`` would fetch."""
+    with engine.connect() as conn:
+        return int(conn.execute(sa.select(sa.func.count()).select_from(Printing).where(_pending())).scalar_one())
+
+
+def hash_art(engine: sa.Engine, fetcher: ImageFetcher, *, limit: int | None = None,
+             progress: Callable[[int], None] | None = None) -> ArtHashReport:
+    """Fetch and hash the art crop of every pending printing (at most ``limit``), one commit per printing.
+
+    ``progress`` is told of each printing tried. Stops at the first 403 (``stopped="lockout"``) or
+    when the settings refuse the host; the hashes stored before it stay.
+    """
+    report = ArtHashReport(pending=count_pending(engine))
+    started = time.perf_counter()
+    after, tried = 0, 0
+    try:
+        while limit is None or tried < limit:
+            with engine.connect() as conn:
+                page = conn.execute(
+                    sa.select(Printing.id, Printing.art_crop_url).where(_pending(), Printing.id > after)
+                    .order_by(Printing.id).limit(PAGE)
+                ).all()
+            if not page:
+                break
+            for printing_id, url in page:
+                if limit is not None and tried >= limit:
+                    break
+                after, tried = printing_id, tried + 1
+                if not _hash_one(engine, fetcher, printing_id, url, report):
+                    return report
+                if progress is not None:
+                    progress(1)
+    finally:
+        report.elapsed_s = time.perf_counter() - started
+    return report
+
+
+def _hash_one(engine: sa.Engine, fetcher: ImageFetcher, printing_id: int, url: str, report: ArtHashReport) -> bool:
+    """Fetch, hash and store one printing's art; False when the run must stop."""
+    try:
+        result = fetcher.fetch(url)
+    except FetchLockout as exc:
+        report.stopped, report.stop_detail = "lockout", str(exc)
+        return False
+    if result.outcome == CONFIG_REFUSED:
+        report.stopped, report.stop_detail = result.error_class, result.detail
+        return False
+    if result.outcome == THROTTLED:
+        report.throttled += 1  # the pacer has widened the interval; the printing stays pending
+        return True
+    if result.outcome != OK or result.data is None:
+        report.failed[result.error_class or result.outcome] += 1
+        return True
+    decoded = decode_image(result.data)
+    if decoded.image is None:
+        report.failed[decoded.error or "not-an-image"] += 1
+        return True
+    art_hash = phash_int(decoded.image)
+    with engine.begin() as conn:
+        # Only while the printing still points at this URL: a re-import in between may have moved it.
+        stored = conn.execute(
+            sa.update(Printing).where(Printing.id == printing_id, Printing.art_crop_url == url)
+            .values(art_phash=art_hash, art_phash_url=url)
+        ).rowcount
+    report.hashed += stored
+    return True
