@@ -331,11 +331,15 @@ def beside_a_neighbour(side: Side, folder: Path, copies: int, neighbour_s: float
         pressure = "-" if s.pressure is None else f"{s.pressure:.1f}"
         print(f"  {s.at_s:6.1f} {s.governed if s.governed is not None else '-':>8} {pressure:>12} "
               f"{s.load:8.2f} {s.trips:5d}  {phase}")
+    before = [s for s in samples if s.at_s < begin_at]
     during = [s for s in samples if begin_at <= s.at_s < end_at]
     backed_off = next((s.at_s - begin_at for s in during if s.governed is not None and s.governed < cap), None)
     recovered = next((s.at_s - end_at for s in samples if s.at_s >= end_at and s.governed == cap), None)
     trips = samples[-1].trips if samples else 0
-    print(f"neighbour arm: below the cap {cap} "
+    at_start = before[-1].governed if before else None
+    print(f"neighbour arm: governed concurrency {at_start} (cap {cap}) when the neighbour started"
+          + ("" if at_start == cap else ": already below the cap, the host was contended before it")
+          + "; below the cap "
           + (f"{backed_off:.0f} s after the neighbour started" if backed_off is not None else "NEVER")
           + " (expected within 60 s); trips opened: " + str(trips) + " (expected 0); back at the cap "
           + (f"{recovered:.0f} s after it stopped" if recovered is not None else "NOT within the watch")
