@@ -2,19 +2,20 @@
 
 Three parts, each a ratio against a baseline measured in the same run:
 
-  1. dispatch: one seeded corpus (rendered images, real Tesseract), two copies of its catalogue.
-     The baseline drains one with ``stage-e bulk --stage all --workers 1``; the other is drained by
-     the real ``dagster-daemon`` on the project's workspace and ``dagster.yaml`` (runs launched as
+  1. dispatch: one seeded corpus (rendered images, real Tesseract), two copies of its catalogue. The
+     baseline drains one with ``stage-e bulk --stage all --workers 1``; the other is drained by the
+     real ``dagster-daemon`` on the project's workspace and ``dagster.yaml`` (runs launched as
      processes, as the other daemon benches do), at the shipped settings (envelope bars included)
      but one dispatch slot (``STAGE_E_MAX_CONCURRENT_DISPATCHES=1``, for cards/s per run worker),
-     batches sized by work (``dispatch/sizing.py``, ``STAGE_E_BATCH_TARGET_S``). So that the first batches are work-sized too, the stream copy's
-     catalogue gets the bulk drain's cards and time as one finished batch: the seconds per card a
-     running catalogue would already hold. From each run's event log: the per-run fixed cost
-     (dequeued -> RUN_START -> first STEP_START, between the steps, last STEP_SUCCESS ->
-     RUN_SUCCESS) and cards/s per run worker (cards over the time the runs held the slot), against
-     the bulk tool's cards/s. A run's start, launch (RUN_STARTING) to its first STEP_START, is set
-     against a bare ``python -c "import dagster"`` timed in the same run (target: at most twice it),
-     with ``python -c "import stage_e_dagster.definitions"`` beside it: what a run worker loads.
+     batches sized by work (``dispatch/sizing.py``, ``STAGE_E_BATCH_TARGET_S``). So that the first
+     batches are work-sized too, the stream copy's catalogue gets the bulk drain's cards and time as
+     one finished batch: the seconds per card a running catalogue would already hold. From each
+     run's event log: the per-run fixed cost (dequeued -> RUN_START -> first STEP_START, between the
+     steps, last STEP_SUCCESS -> RUN_SUCCESS) and cards/s per run worker (cards over the time the
+     runs held the slot), against the bulk tool's cards/s. A run's start, launch (RUN_STARTING) to
+     its first STEP_START, is set against a bare ``python -c "import dagster"`` timed in the same
+     run (target: at most twice it), with ``python -c "import stage_e_dagster.definitions"`` beside
+     it: what a run worker loads.
   2. sensors: ``bench/sensor_history.py``'s whole-round tick (every sensor once) on PostgreSQL
      instances with 1,000 runs and 1,000 dynamic partitions against 100,000 and 50,000.
   3. retention: a PostgreSQL instance and catalogue holding many finished batches spread over

@@ -76,7 +76,7 @@ from stage_e_dagster.settings import load_settings, usable_cpus  # noqa: E402
 
 POLL_S = 0.2
 SAMPLE_S = 2.0
-# The neighbour arm's drain runs this long at the cap before the neighbour starts.
+# The neighbour arm's drain runs this long (or --neighbour-s if shorter) before the neighbour starts.
 WARM_S = 30.0
 BUSY_NEIGHBOUR = [sys.executable, "-c", "while True: pass"]
 INSERT_CARD = sa.text(
@@ -309,7 +309,7 @@ def beside_a_neighbour(side: Side, folder: Path, copies: int, neighbour_s: float
     busy: list[subprocess.Popen[bytes]] = []
     with running_daemon(side.env, log) as daemon, Sampler(side.url, started) as sampler:
         wait_until(lambda: first_run_start(instance) is not None, daemon, log, 300, "first dispatch run")
-        begin_at = first_run_start(instance) + WARM_S - started  # type: ignore[operator]
+        begin_at = first_run_start(instance) + min(WARM_S, neighbour_s) - started  # type: ignore[operator]
         try:
             while time.time() - started < begin_at:
                 time.sleep(POLL_S)
@@ -387,7 +387,8 @@ def main() -> int:
     parser.add_argument("--reps", type=int, default=1, help="drains per side, order alternating")
     parser.add_argument("--neighbour-s", type=float, default=60.0,
                         help="how long the neighbour runs, and the watch after it (0: no neighbour arm)")
-    parser.add_argument("--neighbour-copies", type=int, default=4, help="times the neighbour arm's backlog holds each card")
+    parser.add_argument("--neighbour-copies", type=int, default=4,
+                        help="times the neighbour arm's backlog holds each card")
     parser.add_argument("--seed", type=int, default=7)
     parser.add_argument("--keep", type=Path, help="keep the work folder here instead of a temporary one")
     args = parser.parse_args()

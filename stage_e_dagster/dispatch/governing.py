@@ -35,7 +35,9 @@ def pool_control(session: Session, pool: str) -> PoolControl:
     return control
 
 
-def steer(session: Session, settings: Settings, *, pool: str, contention: Contention, cap: int, now: datetime) -> Steering:
+def steer(
+    session: Session, settings: Settings, *, pool: str, contention: Contention, cap: int, now: datetime
+) -> Steering:
     """Record the governor's decision for this sample; opens a ``host_load`` trip when steering failed."""
     control = pool_control(session, pool)
     bars = Bars.for_signal(settings, contention.signal, cap)

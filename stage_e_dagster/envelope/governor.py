@@ -81,7 +81,6 @@ def govern(
             limit + 1, None, False, f"{name} {load:.2f} < soft bar {bars.soft:g}: concurrency {limit} -> {limit + 1}"
         )
     if load < bars.soft:
-        return Governed(limit, None, False, f"{name} {load:.2f} < soft bar {bars.soft:g}: concurrency at the cap {limit}")
-    return Governed(
-        limit, None, False, f"{name} {load:.2f} between the bars {bars.soft:g}-{bars.hard:g}: concurrency held at {limit}"
-    )
+        return Governed(limit, None, False, f"{name} {load:.2f} < soft bar {bars.soft:g}: at the cap {limit}")
+    between = f"{name} {load:.2f} between the bars {bars.soft:g}-{bars.hard:g}"
+    return Governed(limit, None, False, f"{between}: concurrency held at {limit}")
