@@ -10,12 +10,13 @@ governor's own timestamps moved back, never a sleep.
 from __future__ import annotations
 
 import os
+import uuid
 from datetime import timedelta
 from pathlib import Path
 
 import pytest
 import sqlalchemy as sa
-from dagster import SensorResult
+from dagster import DagsterRun, DagsterRunStatus, SensorResult
 
 from stage_e_dagster.catalog.base import utcnow
 from stage_e_dagster.catalog.engine import session_scope
@@ -24,7 +25,7 @@ from stage_e_dagster.definitions import defs
 from stage_e_dagster.defs.governor import steer_by_contention
 from stage_e_dagster.defs.hold import pool_limit
 from stage_e_dagster.defs.sweep import launch_sweep
-from stage_e_dagster.defs.tags import DISPATCH_POOL
+from stage_e_dagster.defs.tags import DISPATCH_POOL, dispatch_tags
 from stage_e_dagster.envelope.fetch_window import record_fetch_outcome
 from stage_e_dagster.envelope.signals import CpuPressure
 from stage_e_dagster.envelope.trips import acknowledge_trip, current_open_trip
@@ -136,6 +137,24 @@ def test_without_psi_the_load_of_our_own_running_runs_is_not_contention(pipeline
     later(pipeline, 10)
     theirs = steer_by_contention(pipeline.engine, settings, own_running=0, now=utcnow())  # the same load, none ours
     assert theirs.governed.limit == 1 and "load beyond our runs 2.30 > hard bar 2" in theirs.governed.reason
+
+
+def test_without_psi_the_sensor_counts_this_instances_running_dispatch_runs(pipeline: Pipeline, monkeypatch) -> None:
+    monkeypatch.setenv("STAGE_E_CPU_PRESSURE_FILE", "/nonexistent/cpu.pressure")
+    monkeypatch.setenv("STAGE_E_HOST_LOAD_CEILING", "2")
+    monkeypatch.setenv("STAGE_E_MICRO_BATCH_SIZE", "1")
+    set_load(monkeypatch, 2.3)
+    tags = dispatch_tags(load_settings(), trigger_reason="card-created")
+    for _ in range(2):  # two dispatch runs of ours going, as the run queue records them
+        pipeline.instance.add_run(DagsterRun(job_name="stage_e_dispatch", run_id=str(uuid.uuid4()),
+                                             status=DagsterRunStatus.STARTED, tags=tags))
+    pipeline.tick("card_created_sensor")
+    assert control(pipeline).governed_limit == 2  # 2.3 - 2 ours = 0.3: no contention
+    later(pipeline, 10)
+    for run in pipeline.instance.get_runs():
+        pipeline.instance.report_run_failed(run)  # ours ended: the same load is someone else's
+    pipeline.tick("card_created_sensor")
+    assert control(pipeline).governed_limit == 1
 
 
 def test_contention_halves_concurrency_recovers_it_and_trips_only_at_the_floor_after_the_sustained_period(
