@@ -69,8 +69,10 @@ class Settings:
     batch_target_s: float = 30.0
     max_concurrent_dispatches: int = field(default_factory=default_dispatch_cap)
     # CPU contention, where the kernel has PSI: ``some avg10``, the percent of the last 10 s in which a
-    # runnable task waited for a CPU. Our own workers, one per CPU, leave it near 0; a busy
-    # neighbour beside them lifts it towards 100 (see docs/operations.md for the figures).
+    # runnable task waited for a CPU. Our own workers, one per CPU, leave it near 0; each busy task
+    # beyond the CPUs adds about 100/CPUs. The bars 20/60 come from that reasoning (on 2 CPUs: our 2
+    # runs beside a 2-process neighbour ~100, halve; our 1 beside it ~50, hold): the shared machine
+    # they were written on read 50-95 % from other jobs alone (docs/operations.md).
     cpu_pressure_file: Path | None = field(default_factory=default_cpu_pressure_file)
     cpu_pressure_ceiling: float = 60.0
     cpu_pressure_soft: float | None = None  # None: 1/3 of the hard bar (20)
