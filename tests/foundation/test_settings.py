@@ -11,7 +11,7 @@ def test_defaults_ship_streaming_off_with_the_documented_values(tmp_path: Path) 
     assert s.micro_batch_size is None  # batches sized by work
     assert s.batch_target_s == 30.0
     assert s.max_concurrent_dispatches == max(1, int(usable_cpus()))  # one dispatch run per usable CPU
-    assert s.cpu_pressure_ceiling == 60.0 and s.cpu_pressure_soft_bar == 20.0
+    assert s.cpu_pressure_ceiling == 75.0 and s.cpu_pressure_soft_bar == 25.0
     assert s.rss_mb_ceiling == 512
     assert s.fetch_failure_rate_ceiling == 0.01
     assert s.fetch_failure_window == 500
@@ -55,7 +55,7 @@ def test_values_are_parsed_and_typed() -> None:
         ("STAGE_E_FETCH_FAILURE_WINDOW", "2.5", "is not a whole number"),
         ("STAGE_E_HOST_LOAD_CEILING", "nan", "is not a number"),
         ("STAGE_E_CPU_PRESSURE_CEILING", "101", "STAGE_E_CPU_PRESSURE_CEILING='101' must be at most 100"),
-        ("STAGE_E_CPU_PRESSURE_SOFT", "70", "STAGE_E_CPU_PRESSURE_SOFT=70 must not be above"),
+        ("STAGE_E_CPU_PRESSURE_SOFT", "80", "STAGE_E_CPU_PRESSURE_SOFT=80 must not be above"),
         ("STAGE_E_STREAMING_ENABLED", "maybe", "STAGE_E_STREAMING_ENABLED='maybe' is not a boolean"),
     ],
 )

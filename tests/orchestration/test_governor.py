@@ -48,7 +48,7 @@ def streaming_on(monkeypatch: pytest.MonkeyPatch) -> None:
 
 @pytest.fixture
 def pressure(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    """A PSI file the sensors read, with the shipped bars (soft 20, hard 60)."""
+    """A PSI file the sensors read, with the shipped bars (soft 25, hard 75)."""
     path = tmp_path / "cpu.pressure"
     set_pressure(path, 0.0)
     monkeypatch.setenv("STAGE_E_CPU_PRESSURE_FILE", str(path))
@@ -118,8 +118,8 @@ def test_two_busy_own_workers_and_no_contention_keep_concurrency_at_the_cap(
         assert control(pipeline).governed_limit == 2
     assert pool_limit(pipeline.instance) == 2 and trips(pipeline) == []
     values = {key: value.value for key, value in latest_reading_after_tick(pipeline).items()}
-    assert values["cpu_pressure"] == OWN_WORKERS_ONLY and values["cpu_pressure_ceiling"] == 60.0
-    assert values["cpu_pressure_soft_bar"] == 20.0 and values["governed_concurrency"] == 2
+    assert values["cpu_pressure"] == OWN_WORKERS_ONLY and values["cpu_pressure_ceiling"] == 75.0
+    assert values["cpu_pressure_soft_bar"] == 25.0 and values["governed_concurrency"] == 2
 
 
 def latest_reading_after_tick(pipeline: Pipeline):  # type: ignore[no-untyped-def]
@@ -167,7 +167,7 @@ def test_contention_halves_concurrency_recovers_it_and_trips_only_at_the_floor_a
     assert isinstance(result, SensorResult) and len(result.run_requests) == 1  # halved: 2 -> 1
     [event] = result.asset_events
     assert event.metadata["governed_concurrency"].value == 1
-    assert "cpu pressure 95.00 > hard bar 60" in event.metadata["governor"].value
+    assert "cpu pressure 95.00 > hard bar 75" in event.metadata["governor"].value
     assert control(pipeline).governed_limit == 1 and pool_limit(pipeline.instance) == 1
     later(pipeline, 10)
     pipeline.tick("card_created_sensor")  # at the floor, over the hard bar: the sustained period starts
@@ -180,7 +180,7 @@ def test_contention_halves_concurrency_recovers_it_and_trips_only_at_the_floor_a
     assert "steering failed" in text and trips(pipeline) == ["host_load"]
     with session_scope(pipeline.engine) as session:
         trip = current_open_trip(session)
-        assert trip.detail["signal"] == "cpu_pressure" and trip.detail["ceiling"] == 60.0
+        assert trip.detail["signal"] == "cpu_pressure" and trip.detail["ceiling"] == 75.0
         acknowledge_trip(session, trip.trip_id, note="neighbour moved", by="ops")
     set_pressure(pressure, 1.0)  # contention gone: concurrency climbs back by one per decision
     pipeline.tick("card_created_sensor")
