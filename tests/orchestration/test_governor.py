@@ -86,6 +86,12 @@ def trips(pipeline: Pipeline) -> list[str]:
         return list(session.execute(sa.select(EnvelopeTrip.bar)).scalars())
 
 
+def latest_reading_after_tick(pipeline: Pipeline):  # type: ignore[no-untyped-def]
+    """The envelope as the UI reads it after one envelope_trip_sensor tick."""
+    pipeline.tick("envelope_trip_sensor")
+    return latest_reading(pipeline)
+
+
 def test_the_pressure_reader_takes_some_avg10_and_reads_none_without_a_file(tmp_path: Path) -> None:
     path = tmp_path / "cpu"
     set_pressure(path, 37.25)
@@ -120,11 +126,6 @@ def test_two_busy_own_workers_and_no_contention_keep_concurrency_at_the_cap(
     values = {key: value.value for key, value in latest_reading_after_tick(pipeline).items()}
     assert values["cpu_pressure"] == OWN_WORKERS_ONLY and values["cpu_pressure_ceiling"] == 75.0
     assert values["cpu_pressure_soft_bar"] == 25.0 and values["governed_concurrency"] == 2
-
-
-def latest_reading_after_tick(pipeline: Pipeline):  # type: ignore[no-untyped-def]
-    pipeline.tick("envelope_trip_sensor")
-    return latest_reading(pipeline)
 
 
 def test_without_psi_the_load_of_our_own_running_runs_is_not_contention(pipeline: Pipeline, monkeypatch) -> None:
