@@ -71,6 +71,7 @@ from _support import (  # noqa: E402
 
 from stage_e_dagster.catalog.models import Card, EnvelopeTrip, PoolControl  # noqa: E402
 from stage_e_dagster.defs.run_ends import runs_in_progress  # noqa: E402
+from stage_e_dagster.defs.tags import DISPATCH_POOL  # noqa: E402
 from stage_e_dagster.envelope.signals import CpuPressure  # noqa: E402
 from stage_e_dagster.settings import load_settings, usable_cpus  # noqa: E402
 
@@ -153,9 +154,14 @@ class Sampler:
 
     def _run(self) -> None:
         while not self._stop.is_set():
-            with self.engine.connect() as conn:
-                governed = conn.execute(sa.select(PoolControl.governed_limit)).scalar_one_or_none()
-                trips = conn.execute(sa.select(sa.func.count()).select_from(EnvelopeTrip)).scalar_one()
+            try:
+                with self.engine.connect() as conn:
+                    governed = conn.execute(sa.select(PoolControl.governed_limit)
+                                            .where(PoolControl.pool == DISPATCH_POOL)).scalar_one_or_none()
+                    trips = conn.execute(sa.select(sa.func.count()).select_from(EnvelopeTrip)).scalar_one()
+            except sa.exc.OperationalError:  # the catalogue busy past the timeout: skip this sample
+                self._stop.wait(SAMPLE_S)
+                continue
             self.samples.append(Sample(time.time() - self.started, governed, self.pressure.read(),
                                        os.getloadavg()[0], trips))
             self._stop.wait(SAMPLE_S)
