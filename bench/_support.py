@@ -59,6 +59,7 @@ def streaming_environment(state_dir: Path, *, database_url: str, image_roots: Pa
         "STAGE_E_MICRO_BATCH_SIZE": str(batch_size),
         "STAGE_E_MAX_CONCURRENT_DISPATCHES": "2",
         "STAGE_E_HOST_LOAD_CEILING": "1000",
+        "STAGE_E_CPU_PRESSURE_CEILING": "100",
         "STAGE_E_RSS_MB_CEILING": "100000",
         # The synthetic corpus has ~5% broken images on purpose; each is a counted fetch failure.
         "STAGE_E_FETCH_FAILURE_RATE_CEILING": "1",

@@ -2,17 +2,20 @@
 
 Three parts, each a ratio against a baseline measured in the same run:
 
-  1. dispatch: one seeded corpus (rendered images, real Tesseract), two copies of its catalogue.
-     The baseline drains one with ``stage-e bulk --stage all --workers 1``; the other is drained by
-     the real ``dagster-daemon`` on the project's workspace and ``dagster.yaml`` (runs launched as
-     processes, as the other daemon benches do), with one dispatch slot
-     (``STAGE_E_MAX_CONCURRENT_DISPATCHES=1``) and batches sized by work (``dispatch/sizing.py``,
-     ``STAGE_E_BATCH_TARGET_S``). So that the first batches are work-sized too, the stream copy's
-     catalogue gets the bulk drain's cards and time as one finished batch: the seconds per card a
-     running catalogue would already hold. From each run's event log: the per-run fixed cost
-     (dequeued -> RUN_START -> first STEP_START, between the steps, last STEP_SUCCESS ->
-     RUN_SUCCESS) and cards/s per run worker (cards over the time the runs held the slot), against
-     the bulk tool's cards/s.
+  1. dispatch: one seeded corpus (rendered images, real Tesseract), two copies of its catalogue. The
+     baseline drains one with ``stage-e bulk --stage all --workers 1``; the other is drained by the
+     real ``dagster-daemon`` on the project's workspace and ``dagster.yaml`` (runs launched as
+     processes, as the other daemon benches do), at the shipped settings (envelope bars included)
+     but one dispatch slot (``STAGE_E_MAX_CONCURRENT_DISPATCHES=1``, for cards/s per run worker),
+     batches sized by work (``dispatch/sizing.py``, ``STAGE_E_BATCH_TARGET_S``). So that the first
+     batches are work-sized too, the stream copy's catalogue gets the bulk drain's cards and time as
+     one finished batch: the seconds per card a running catalogue would already hold. From each
+     run's event log: the per-run fixed cost (dequeued -> RUN_START -> first STEP_START, between the
+     steps, last STEP_SUCCESS -> RUN_SUCCESS) and cards/s per run worker (cards over the time the
+     runs held the slot), against the bulk tool's cards/s. A run's start, launch (RUN_STARTING) to
+     its first STEP_START, is set against a bare ``python -c "import dagster"`` timed in the same
+     run (target: at most twice it), with ``python -c "import stage_e_dagster.definitions"`` beside
+     it: what a run worker loads.
   2. sensors: ``bench/sensor_history.py``'s whole-round tick (every sensor once) on PostgreSQL
      instances with 1,000 runs and 1,000 dynamic partitions against 100,000 and 50,000.
   3. retention: a PostgreSQL instance and catalogue holding many finished batches spread over
@@ -21,8 +24,8 @@ Three parts, each a ratio against a baseline measured in the same run:
      prune. The partition count after, against the batches that finished within
      ``STAGE_E_RETENTION_DAYS``.
 
-The envelope's bars are raised out of reach, as in every benchmark here. Prints the machine's load
-average at each part's start and end, then the summary ratio lines.
+The sensor and retention parts raise the envelope's bars out of reach: they time ticks, not the
+envelope. Prints the machine's load average at each part's start and end, then the summary lines.
 
 Usage:
   python bench/scale.py                        # 800 cards, 100k runs + 50k partitions, 2k batches for retention
@@ -34,6 +37,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import subprocess
 import sys
 import tempfile
 import time
@@ -51,7 +55,7 @@ from dagster import (
 )
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _support import median, pg_database, seed_template, short_count, streaming_environment  # noqa: E402
+from _support import BIN, median, pg_database, seed_template, short_count, streaming_environment  # noqa: E402
 from sensor_history import CHUNK, _context, pg_instance  # noqa: E402
 from sensor_history import bench as history_bench  # noqa: E402
 from streaming_vs_bulk import BulkDrain, Side, drain_with_bulk, drain_with_daemon  # noqa: E402
@@ -174,9 +178,12 @@ def run_phases(home: Path, url: str) -> list[RunPhases]:
 
 def dispatch_part(args: argparse.Namespace, folder: Path) -> DispatchFigures:
     template, corpus = seed_template(folder, args.cards, args.seed)
-    streaming_environment(folder / "state", database_url="sqlite:///unused.sqlite", image_roots=corpus)
-    os.environ["STAGE_E_MAX_CONCURRENT_DISPATCHES"] = "1"
-    os.environ.pop("STAGE_E_MICRO_BATCH_SIZE", None)  # batches sized by work
+    os.environ.update({
+        "STAGE_E_STREAMING_ENABLED": "true",
+        "STAGE_E_IMAGE_ROOTS": str(corpus),
+        "STAGE_E_FETCH_FAILURE_RATE_CEILING": "1",  # the corpus's broken images are on purpose
+        "STAGE_E_MAX_CONCURRENT_DISPATCHES": "1",
+    })
     if args.batch_target_s is not None:
         os.environ["STAGE_E_BATCH_TARGET_S"] = str(args.batch_target_s)
     timeout_s = max(600.0, 5.0 * args.cards)
@@ -189,9 +196,19 @@ def dispatch_part(args: argparse.Namespace, folder: Path) -> DispatchFigures:
           f"(STAGE_E_BATCH_TARGET_S={load_settings().batch_target_s:g})", flush=True)
     drain = drain_with_daemon(stream, folder, timeout_s, [], 0.0)
     figures = DispatchFigures(bulk, run_phases(stream.home, stream.url), drain.wall_s, drain.from_first_run_s)
-    for key in ("STAGE_E_BATCH_TARGET_S", "STAGE_E_IMAGE_ROOTS"):
+    for key in ("STAGE_E_BATCH_TARGET_S", "STAGE_E_IMAGE_ROOTS", "STAGE_E_MAX_CONCURRENT_DISPATCHES"):
         os.environ.pop(key, None)
     return figures
+
+
+def import_seconds(module: str, reps: int = 5) -> float:
+    """The median wall time of a fresh ``python -c "import MODULE"`` with the project's interpreter."""
+    times = []
+    for _ in range(reps):
+        started = time.perf_counter()
+        subprocess.run([str(BIN / "python"), "-c", f"import {module}"], check=True, timeout=120)
+        times.append(time.perf_counter() - started)
+    return median(times)
 
 
 def report_dispatch(f: DispatchFigures) -> list[str]:
@@ -209,6 +226,8 @@ def report_dispatch(f: DispatchFigures) -> list[str]:
     print(f"[dispatch] inside the steps: {steps_rate:.3f} cards/s ({1000 / steps_rate:.0f} ms per card)")
     fixed = [r.fixed_s for r in runs]
     launch = median([r.started - r.dequeued for r in runs])
+    to_first_step = median([r.first_step - r.dequeued for r in runs])
+    bare, location = import_seconds("dagster"), import_seconds("stage_e_dagster.definitions")
     lines = [
         f"ratio cards/s per run worker / bulk --workers 1: {f.worker_rate / f.bulk_rate:.3f}   "
         f"({f.worker_rate:.3f} vs {f.bulk_rate:.3f} cards/s; batch median {median([r.cards for r in runs]):g} cards, "
@@ -218,6 +237,9 @@ def report_dispatch(f: DispatchFigures) -> list[str]:
         f", between steps {median([r.between_s for r in runs]):.2f}"
         f", finish {median([r.succeeded - r.last_step_end for r in runs]):.2f}); "
         f"created -> first user code median {median([r.first_step - r.created for r in runs]):.2f} s",
+        f"ratio launch (RUN_STARTING) -> first step / bare python -c 'import dagster': "
+        f"{to_first_step / bare:.2f}   (target <= 2; {to_first_step:.2f} s vs {bare:.2f} s; "
+        f"python -c 'import stage_e_dagster.definitions' {location:.2f} s)",
     ]
     return lines
 

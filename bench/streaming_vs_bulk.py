@@ -1,35 +1,41 @@
-"""Streaming where a user would compare it: the real ``dagster-daemon`` against ``stage-e bulk``.
+"""Streaming where a user would compare it, at the shipped settings: the real ``dagster-daemon`` against
+``stage-e bulk``, and the governor beside a busy neighbour.
 
-Two questions an operator asks before switching streaming on:
+Three questions an operator asks before switching streaming on:
 
   1. Throughput: does streaming drain a backlog about as fast as the bulk tool would? One synthetic
      corpus is seeded once (rendered images, real Tesseract in Stage C, ~5% broken images); each side
      drains its own copy of the catalogue, in its own state folder and ``DAGSTER_HOME``:
-       * bulk:   ``stage-e bulk --stage all --workers N``, timed from the command's start to its exit;
+       * bulk:   ``stage-e bulk --stage all --workers N`` (N: the usable CPUs), timed from the
+                 command's start to its exit;
        * stream: ``dagster-daemon run -w workspace.yaml`` with the project's ``dagster.yaml`` and the
-                 default dispatch settings (batches sized by work, ``STAGE_E_MAX_CONCURRENT_DISPATCHES``
-                 = N). The daemon is started on the catalogue with the backlog taken out, and once its
-                 dispatch sensor has ticked, the backlog's rows are inserted again in one transaction, as
-                 an importer would, half a sensor pass after a tick (the mean wait of a commit at a
-                 random moment). Timed from that commit to the backlog empty (no card pending either
-                 stage, no micro-batch pending or running): a streaming deployment keeps its daemon
-                 running, so a backlog pays the sensor's noticing it, the runs' start-up and the work,
-                 not the daemon's start. The daemon's start to its first dispatch tick is printed beside,
-                 as is the drain timed from the first run's start (what dispatch alone costs).
+                 shipped settings: batches sized by work, ``STAGE_E_MAX_CONCURRENT_DISPATCHES`` and
+                 every envelope bar at its default (the contention governor included). Timed from the
+                 daemon's start, with the backlog already in the catalogue, to the backlog empty (no
+                 card pending either stage, no micro-batch pending or running): what a user meets
+                 who turns streaming on over a backlog. The drain from the first run's start is
+                 printed beside, and the governed concurrency sampled every ``SAMPLE_S`` over it.
      With ``--reps`` above 1 the order alternates, so drifting load hits both sides alike.
   2. Latency: on a trickle into an idle daemon (the stream side of the last repetition, once
      drained), how long from a card's insert commit to its ``image_evidence`` row? The trickled
      cards are readable seeded cards held back from the catalogue and inserted with raw SQL, as any
      writer would, one every ``--trickle-every`` seconds.
+  3. A busy neighbour: a streaming drain of a larger backlog (the corpus's cards inserted
+     ``--neighbour-copies`` times), and ``WARM_S`` after its first run starts, one CPU-bound process
+     per usable CPU, started and stopped by this bench, for ``--neighbour-s`` seconds, then watched
+     as long again. The governed concurrency, CPU pressure and load average are printed every
+     ``SAMPLE_S`` seconds. Expected: below the cap within a minute of the neighbour's start, no
+     trip, and back at the cap once it stops. The neighbour runs for less than the sustained
+     period a trip needs at the floor (``STAGE_E_HOST_LOAD_TRIP_AFTER_S``, 120 s), so a trip here
+     means the governor tripped while it could still back off.
 
-The envelope's bars are raised out of reach on both sides (as in every benchmark here): the bulk
-tool ignores them, and on a shared 2-core machine the default host-load bar would throttle or trip
-the stream side, so the figure would measure the neighbours instead of dispatch.
+The one setting changed from its default is ``STAGE_E_FETCH_FAILURE_RATE_CEILING`` (to 1): the
+corpus's broken images are made on purpose and must not trip the fetch-failure bar halfway.
 
 Usage:
-  python bench/streaming_vs_bulk.py                                      # 600 cards, N=2, 10-card trickle
-  python bench/streaming_vs_bulk.py --reps 2                             # bulk, stream, stream, bulk
-  python bench/streaming_vs_bulk.py --cards 12 --trickle 2 --trickle-every 2   # smoke size, ~1 min
+  python bench/streaming_vs_bulk.py --cards 1000                          # the figures (~8 min quiet)
+  python bench/streaming_vs_bulk.py --reps 2                              # bulk, stream, stream, bulk
+  python bench/streaming_vs_bulk.py --cards 60 --trickle 2 --trickle-every 2 --neighbour-s 20   # smoke
 """
 
 from __future__ import annotations
@@ -40,9 +46,10 @@ import os
 import subprocess
 import sys
 import tempfile
+import threading
 import time
+from collections import Counter
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
 from pathlib import Path
 from typing import Callable
 
@@ -60,19 +67,24 @@ from _support import (  # noqa: E402
     plain_engine,
     running_daemon,
     seed_template,
-    streaming_environment,
 )
 
-from stage_e_dagster.catalog.models import Card  # noqa: E402
+from stage_e_dagster.catalog.models import Card, EnvelopeTrip, PoolControl  # noqa: E402
 from stage_e_dagster.defs.run_ends import runs_in_progress  # noqa: E402
+from stage_e_dagster.defs.tags import DISPATCH_POOL  # noqa: E402
+from stage_e_dagster.envelope.signals import CpuPressure  # noqa: E402
+from stage_e_dagster.settings import load_settings, usable_cpus  # noqa: E402
 
 POLL_S = 0.2
-# The sensor daemon's pass: at least 5 s (Dagster's MIN_INTERVAL_LOOP_TIME), and the dispatch sensors tick on each.
-SENSOR_PASS_S = 5.0
+SAMPLE_S = 2.0
+# The neighbour arm's drain runs this long (or --neighbour-s if shorter) before the neighbour starts.
+WARM_S = 30.0
+BUSY_NEIGHBOUR = [sys.executable, "-c", "while True: pass"]
 INSERT_CARD = sa.text(
     "INSERT INTO cards (identifier, name, image_locator, card_type, dpi, declared_content_hash) "
     "VALUES (:identifier, :name, :image_locator, :card_type, :dpi, :declared_content_hash)"
 )
+CARD_COLUMNS = (Card.identifier, Card.name, Card.image_locator, Card.card_type, Card.dpi, Card.declared_content_hash)
 
 
 @dataclass
@@ -82,14 +94,23 @@ class BulkDrain:
     report: dict[str, object]
 
 
+@dataclass(frozen=True)
+class Sample:
+    at_s: float
+    governed: int | None
+    pressure: float | None
+    load: float
+    trips: int
+
+
 @dataclass
 class StreamDrain:
     cards: int
     wall_s: float
     from_first_run_s: float
-    boot_s: float
     runs: int
     failed_runs: int
+    samples: list[Sample]
     latencies_s: list[float] = field(default_factory=list)
 
 
@@ -110,6 +131,42 @@ class Side:
         return cls(name, url, home, env)
 
 
+class Sampler:
+    """Every ``SAMPLE_S``, in a thread: the governed concurrency (``pool_controls``), CPU pressure, the
+    load average and the trips opened, on the clock of ``started``."""
+
+    def __init__(self, url: str, started: float) -> None:
+        self.engine = plain_engine(url)
+        self.started = started
+        self.samples: list[Sample] = []
+        self.pressure = CpuPressure(load_settings().cpu_pressure_file)
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def __enter__(self) -> "Sampler":
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join()
+        self.engine.dispose()
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            try:
+                with self.engine.connect() as conn:
+                    governed = conn.execute(sa.select(PoolControl.governed_limit)
+                                            .where(PoolControl.pool == DISPATCH_POOL)).scalar_one_or_none()
+                    trips = conn.execute(sa.select(sa.func.count()).select_from(EnvelopeTrip)).scalar_one()
+            except sa.exc.OperationalError:  # the catalogue busy past the timeout: skip this sample
+                self._stop.wait(SAMPLE_S)
+                continue
+            self.samples.append(Sample(time.time() - self.started, governed, self.pressure.read(),
+                                       os.getloadavg()[0], trips))
+            self._stop.wait(SAMPLE_S)
+
+
 def readable_tail(corpus: Path, count: int) -> list[str]:
     """The identifiers of the last ``count`` readable seeded cards: the trickle's real, unseen images
     (a broken one would skip OCR and flatter the latency)."""
@@ -117,17 +174,28 @@ def readable_tail(corpus: Path, count: int) -> list[str]:
     return [label["identifier"] for label in labels if label["broken"] is None][-count:] if count else []
 
 
-def take_out(url: str, identifiers: list[str] | None = None) -> list[dict[str, object]]:
-    """Delete cards (all of them when ``identifiers`` is None) from a catalogue copy and return their
-    rows, for inserting again later with raw SQL, as any writer would."""
+def take_out(url: str, identifiers: list[str]) -> list[dict[str, object]]:
+    """Delete these cards from a catalogue copy and return their rows, for inserting again later."""
     engine = plain_engine(url)
-    columns = (Card.identifier, Card.name, Card.image_locator, Card.card_type, Card.dpi, Card.declared_content_hash)
-    chosen = sa.true() if identifiers is None else Card.identifier.in_(identifiers)
+    chosen = Card.identifier.in_(identifiers)
     with engine.begin() as conn:
-        rows = [dict(r) for r in conn.execute(sa.select(*columns).where(chosen).order_by(Card.id)).mappings()]
+        rows = [dict(r) for r in conn.execute(sa.select(*CARD_COLUMNS).where(chosen).order_by(Card.id)).mappings()]
         conn.execute(sa.delete(Card).where(chosen))
     engine.dispose()
     return rows
+
+
+def add_copies(url: str, copies: int) -> int:
+    """Insert every card ``copies - 1`` more times (new identifiers, the same images): a backlog that
+    outlasts the neighbour. Returns the cards now in the catalogue."""
+    engine = plain_engine(url)
+    with engine.begin() as conn:
+        rows = [dict(r) for r in conn.execute(sa.select(*CARD_COLUMNS).order_by(Card.id)).mappings()]
+        for copy in range(1, copies):
+            conn.execute(INSERT_CARD, [row | {"identifier": f"{row['identifier']}~{copy}"} for row in rows])
+    total = card_count(engine)
+    engine.dispose()
+    return total
 
 
 def card_count(engine: sa.Engine) -> int:
@@ -161,52 +229,41 @@ def wait_until(done: Callable[[], bool], daemon: subprocess.Popen[bytes], log: P
         time.sleep(POLL_S)
 
 
-def last_dispatch_tick(engine: sa.Engine) -> float | None:
-    """When the dispatch sensor of new cards last ticked (its heartbeat row), as a Unix time."""
-    with engine.connect() as conn:
-        ticked = conn.execute(sa.text("SELECT ticked_at FROM sensor_heartbeats WHERE sensor_name = :name"),
-                              {"name": "card_created_sensor"}).scalar_one_or_none()
-    if ticked is None:
-        return None
-    ticked = datetime.fromisoformat(ticked) if isinstance(ticked, str) else ticked
-    return ticked.replace(tzinfo=ticked.tzinfo or timezone.utc).timestamp()
+def dispatch_records(instance: DagsterInstance) -> list:  # type: ignore[type-arg]
+    return instance.get_run_records(RunsFilter(tags={"stage_e/dispatch": "micro-batch"}))
+
+
+def first_run_start(instance: DagsterInstance) -> float | None:
+    starts = [r.start_time for r in dispatch_records(instance) if r.start_time is not None]
+    return min(starts) if starts else None
 
 
 def drain_with_daemon(side: Side, folder: Path, timeout_s: float, trickle: list[dict[str, object]],
                       every_s: float) -> StreamDrain:
-    """The real daemon, already running, given the same backlog in one commit; then, if asked, the
-    trickle into it while it idles."""
-    rows = take_out(side.url)
+    """The daemon started on the catalogue with its backlog in it, timed from its start to the backlog
+    empty; then, if asked, the trickle into it while it idles."""
     reader = plain_engine(side.url)
     instance = DagsterInstance.from_config(str(side.home))
     log = folder / f"{side.name}-daemon.log"
-    daemon_started = time.time()
-    with running_daemon(side.env, log) as daemon:
-        wait_until(lambda: last_dispatch_tick(reader) is not None, daemon, log, 300, "first dispatch tick")
-        first_tick = last_dispatch_tick(reader)
-        boot = first_tick - daemon_started  # type: ignore[operator]
-        # An importer commits at any moment of the sensor daemon's pass: the commit goes in half a
-        # pass after a tick, the mean wait for such a commit (right after one would be the worst case).
-        wait_until(lambda: last_dispatch_tick(reader) != first_tick, daemon, log, 60, "second dispatch tick")
-        time.sleep(SENSOR_PASS_S / 2)
-        with reader.begin() as conn:
-            conn.execute(INSERT_CARD, rows)
-        committed = time.time()
+    started = time.time()
+    with running_daemon(side.env, log) as daemon, Sampler(side.url, started) as sampler:
         wait_until(lambda: backlog(reader) == (0, 0), daemon, log, timeout_s, "empty backlog")
         drained_at = time.time()
         cards = card_count(reader)
         # Let the last runs write their final events, so the trickle starts on an idle daemon.
         wait_until(lambda: runs_in_progress(instance) == 0, daemon, log, 120, "idle daemon")
-        records = instance.get_run_records(RunsFilter(tags={"stage_e/dispatch": "micro-batch"}))
+        records = dispatch_records(instance)
+        first_start = first_run_start(instance)
+        samples = [s for s in sampler.samples if s.at_s <= drained_at - started]
         latencies = trickle_latencies(side.url, trickle, every_s, daemon, log) if trickle else []
         if trickle:
             wait_until(lambda: backlog(reader) == (0, 0) and runs_in_progress(instance) == 0,
                        daemon, log, 120, "idle daemon after the trickle")
-    first_start = min(r.start_time for r in records if r.start_time is not None)
     failed = sum(r.dagster_run.status != DagsterRunStatus.SUCCESS for r in records)
     instance.dispose()
     reader.dispose()
-    return StreamDrain(cards, drained_at - committed, drained_at - first_start, boot, len(records), failed, latencies)
+    return StreamDrain(cards, drained_at - started, drained_at - (first_start or started), len(records), failed,
+                       samples, latencies)
 
 
 def trickle_latencies(url: str, rows: list[dict[str, object]], every_s: float, daemon: subprocess.Popen[bytes],
@@ -245,40 +302,100 @@ def trickle_latencies(url: str, rows: list[dict[str, object]], every_s: float, d
     return [latencies[c] for c in committed]
 
 
-def report(bulks: list[BulkDrain], streams: list[StreamDrain], workers: int, batch_size: str) -> None:
+def beside_a_neighbour(side: Side, folder: Path, copies: int, neighbour_s: float, processes: int) -> None:
+    """A streaming drain with a CPU-bound neighbour from ``WARM_S`` after the first run's start, for
+    ``neighbour_s``, watched for as long again after it stops; prints the timeline and verdicts."""
+    total = add_copies(side.url, copies)
+    cap = load_settings().max_concurrent_dispatches
+    print(f"neighbour arm: {total} cards, cap {cap}; {processes} busy process(es) for {neighbour_s:.0f} s", flush=True)
+    reader = plain_engine(side.url)
+    instance = DagsterInstance.from_config(str(side.home))
+    log = folder / f"{side.name}-daemon.log"
+    started = time.time()
+    busy: list[subprocess.Popen[bytes]] = []
+    with running_daemon(side.env, log) as daemon, Sampler(side.url, started) as sampler:
+        wait_until(lambda: first_run_start(instance) is not None, daemon, log, 300, "first dispatch run")
+        begin_at = first_run_start(instance) + min(WARM_S, neighbour_s) - started  # type: ignore[operator]
+        try:
+            while time.time() - started < begin_at:
+                time.sleep(POLL_S)
+            busy = [subprocess.Popen(BUSY_NEIGHBOUR) for _ in range(processes)]
+            time.sleep(neighbour_s)
+        finally:
+            for process in busy:
+                process.kill()
+                process.wait()
+        end_at = time.time() - started
+        time.sleep(neighbour_s)
+        drained = backlog(reader) == (0, 0)
+        samples = list(sampler.samples)
+    instance.dispose()
+    reader.dispose()
+    print(f"  {'t (s)':>6} {'governed':>8} {'cpu pressure':>12} {'load 1m':>8} {'trips':>5}")
+    for s in samples:
+        phase = "neighbour" if begin_at <= s.at_s < end_at else ""
+        pressure = "-" if s.pressure is None else f"{s.pressure:.1f}"
+        print(f"  {s.at_s:6.1f} {s.governed if s.governed is not None else '-':>8} {pressure:>12} "
+              f"{s.load:8.2f} {s.trips:5d}  {phase}")
+    before = [s for s in samples if s.at_s < begin_at]
+    during = [s for s in samples if begin_at <= s.at_s < end_at]
+    backed_off = next((s.at_s - begin_at for s in during if s.governed is not None and s.governed < cap), None)
+    recovered = next((s.at_s - end_at for s in samples if s.at_s >= end_at and s.governed == cap), None)
+    trips = samples[-1].trips if samples else 0
+    at_start = before[-1].governed if before else None
+    print(f"neighbour arm: governed concurrency {at_start} (cap {cap}) when the neighbour started"
+          + ("" if at_start == cap else ": already below the cap, the host was contended before it")
+          + "; below the cap "
+          + (f"{backed_off:.0f} s after the neighbour started" if backed_off is not None else "NEVER")
+          + " (expected within 60 s); trips opened: " + str(trips) + " (expected 0); back at the cap "
+          + (f"{recovered:.0f} s after it stopped" if recovered is not None else "NOT within the watch")
+          + ("" if not drained else " (backlog drained before the watch ended)"))
+
+
+def governed_summary(samples: list[Sample]) -> str:
+    spread = Counter(s.governed for s in samples)
+    return ", ".join(f"{limit if limit is not None else 'unset'} for {n}" for limit, n in sorted(
+        spread.items(), key=lambda kv: (kv[0] is None, kv[0] or 0))) + f" of {len(samples)} samples"
+
+
+def report(bulks: list[BulkDrain], streams: list[StreamDrain], workers: int) -> None:
     print()
     for i, (b, s) in enumerate(zip(bulks, streams), start=1):
         print(f"rep {i}: bulk {b.cards} cards in {b.wall_s:.1f} s ({b.cards / b.wall_s:.3f} cards/s); stream "
-              f"{s.cards} cards in {s.wall_s:.1f} s from the backlog's commit ({s.cards / s.wall_s:.3f} cards/s), "
+              f"{s.cards} cards in {s.wall_s:.1f} s from the daemon's start ({s.cards / s.wall_s:.3f} cards/s), "
               f"{s.from_first_run_s:.1f} s from first run start; {s.runs} runs, {s.failed_runs} not successful; "
-              f"daemon start to first dispatch tick {s.boot_s:.1f} s")
+              f"governed concurrency {governed_summary(s.samples)}")
     cards = sum(b.cards for b in bulks)
     bulk_rate = cards / sum(b.wall_s for b in bulks)
     stream_rate = sum(s.cards for s in streams) / sum(s.wall_s for s in streams)
     first_run_rate = sum(s.cards for s in streams) / sum(s.from_first_run_s for s in streams)
+    settings = load_settings()
     print(f"bulk   (stage-e bulk --stage all --workers {workers}): {bulk_rate:.3f} cards/s")
-    print(f"stream (dagster-daemon, batches: {batch_size}, {workers} concurrent dispatches): "
-          f"{stream_rate:.3f} cards/s from the backlog's commit, {first_run_rate:.3f} cards/s from first run start")
-    print(f"ratio streaming/bulk: {stream_rate / bulk_rate:.3f} from the backlog's commit   (target >= 0.9); "
+    print(f"stream (dagster-daemon, shipped settings: cap {settings.max_concurrent_dispatches}, cpu pressure bars "
+          f"{settings.cpu_pressure_soft_bar:g}/{settings.cpu_pressure_ceiling:g}, load bars "
+          f"{settings.host_load_soft_bar:g}/{settings.host_load_ceiling:g}): "
+          f"{stream_rate:.3f} cards/s from the daemon's start, {first_run_rate:.3f} cards/s from first run start")
+    print(f"ratio streaming/bulk: {stream_rate / bulk_rate:.3f} from the daemon's start   (target >= 0.9); "
           f"{first_run_rate / bulk_rate:.3f} from first run start")
-    print(f"daemon start to its first dispatch tick (once per daemon start): "
-          f"{median([s.boot_s for s in streams]):.1f} s")
     latencies = [x for s in streams for x in s.latencies_s]
     if latencies:
         print(f"trickle insert -> evidence, {len(latencies)} cards: p50 {median(latencies):.2f} s  "
-              f"max {max(latencies):.2f} s   (target p50 <= 8 s)")
+              f"max {max(latencies):.2f} s   (target p50 <= 4 s)")
 
 
 def main() -> int:
+    cpus = load_settings().max_concurrent_dispatches  # the usable CPUs, unless the environment sets the cap
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--cards", type=int, default=600, help="cards each side drains")
-    parser.add_argument("--workers", type=int, default=2,
-                        help="bulk --workers, and STAGE_E_MAX_CONCURRENT_DISPATCHES for the daemon (its default: 2)")
+    parser.add_argument("--workers", type=int, default=cpus, help=f"bulk --workers (default: the cap, {cpus})")
     parser.add_argument("--trickle", type=int, default=10, help="cards inserted one by one into the idle daemon")
-    parser.add_argument("--trickle-every", type=float, default=10.0, help="seconds between trickle inserts")
+    parser.add_argument("--trickle-every", type=float, default=6.0, help="seconds between trickle inserts")
     parser.add_argument("--reps", type=int, default=1, help="drains per side, order alternating")
+    parser.add_argument("--neighbour-s", type=float, default=60.0,
+                        help="how long the neighbour runs, and the watch after it (0: no neighbour arm)")
+    parser.add_argument("--neighbour-copies", type=int, default=4,
+                        help="times the neighbour arm's backlog holds each card")
     parser.add_argument("--seed", type=int, default=7)
-    parser.add_argument("--batch-size", type=int, help="a fixed STAGE_E_MICRO_BATCH_SIZE (default: sized by work)")
     parser.add_argument("--keep", type=Path, help="keep the work folder here instead of a temporary one")
     args = parser.parse_args()
 
@@ -287,12 +404,11 @@ def main() -> int:
         folder.mkdir(parents=True, exist_ok=True)
         template, corpus = seed_template(folder, args.cards + args.trickle, args.seed)
         held = take_out(f"sqlite:///{template}", readable_tail(corpus, args.trickle))
-        streaming_environment(folder / "state", database_url="sqlite:///unused.sqlite", image_roots=corpus)
-        os.environ["STAGE_E_MAX_CONCURRENT_DISPATCHES"] = str(args.workers)
-        if args.batch_size is None:  # the default: batches sized by work (dispatch/sizing.py)
-            os.environ.pop("STAGE_E_MICRO_BATCH_SIZE", None)
-        else:
-            os.environ["STAGE_E_MICRO_BATCH_SIZE"] = str(args.batch_size)
+        os.environ.update({
+            "STAGE_E_STREAMING_ENABLED": "true",
+            "STAGE_E_IMAGE_ROOTS": str(corpus),
+            "STAGE_E_FETCH_FAILURE_RATE_CEILING": "1",  # the corpus's broken images are on purpose
+        })
         timeout_s = max(600.0, 5.0 * args.cards)
         bulks: list[BulkDrain] = []
         streams: list[StreamDrain] = []
@@ -307,7 +423,11 @@ def main() -> int:
                     last = rep == args.reps - 1
                     streams.append(drain_with_daemon(side, folder, timeout_s, held if last else [],
                                                      args.trickle_every))
-        report(bulks, streams, args.workers, os.environ.get("STAGE_E_MICRO_BATCH_SIZE", "work-sized"))
+        report(bulks, streams, args.workers)
+        if args.neighbour_s > 0:
+            print()
+            beside_a_neighbour(Side.fresh(template, folder, "neighbour"), folder, args.neighbour_copies,
+                               args.neighbour_s, processes=max(1, int(usable_cpus())))
     return 0
 
 

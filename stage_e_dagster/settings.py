@@ -35,6 +35,27 @@ def usable_cpus() -> float:
     return count
 
 
+def default_dispatch_cap() -> int:
+    """One dispatch run per usable CPU (at least one): the contention governor backs off from there."""
+    return max(1, int(usable_cpus()))
+
+
+def default_cpu_pressure_file() -> Path | None:
+    """Where the kernel says whether this process's runnable tasks wait for a CPU (PSI), or ``None``.
+
+    Inside a container (a cgroup v2 namespace, so ``/proc/self/cgroup`` reads ``0::/``) that is the
+    container's own ``cpu.pressure``; elsewhere the host's ``/proc/pressure/cpu``."""
+    own = Path("/sys/fs/cgroup/cpu.pressure")
+    try:
+        in_namespace = "0::/" in Path("/proc/self/cgroup").read_text().splitlines()
+    except OSError:
+        in_namespace = False
+    if in_namespace and own.is_file():
+        return own
+    host = Path("/proc/pressure/cpu")
+    return host if host.is_file() else None
+
+
 class SettingsError(ValueError):
     """A ``STAGE_E_*`` variable holds a value the project cannot use."""
 
@@ -46,7 +67,16 @@ class Settings:
     database_url: str = ""
     micro_batch_size: int | None = None  # None: batches sized by work (batch_target_s); set: a fixed count
     batch_target_s: float = 30.0
-    max_concurrent_dispatches: int = 2
+    max_concurrent_dispatches: int = field(default_factory=default_dispatch_cap)
+    # CPU contention, where the kernel has PSI: ``some avg10``, the percent of the last 10 s in which a
+    # runnable task waited for a CPU. Our own workers, one per CPU, leave it near 0; each busy task
+    # beyond the CPUs adds about 100/CPUs. The bars 25/75 come from that reasoning (on 2 CPUs: our 2
+    # runs beside a 2-process neighbour ~100, halve; our 1 beside it ~50 plus noise, hold): the shared
+    # machine they were written on read 50-95 % from other jobs alone (docs/operations.md).
+    cpu_pressure_file: Path | None = field(default_factory=default_cpu_pressure_file)
+    cpu_pressure_ceiling: float = 75.0
+    cpu_pressure_soft: float | None = None  # None: 1/3 of the hard bar (25)
+    # Without PSI: the load average beyond this instance's running dispatch runs, in usable CPUs.
     host_load_ceiling: float = field(default_factory=usable_cpus)
     host_load_soft: float | None = None  # None: 3/4 of the hard bar
     host_load_trip_after_s: float = 120.0
@@ -62,6 +92,11 @@ class Settings:
     max_batch_attempts: int = 3
     run_max_runtime_s: int = 1800
     retention_days: int = 7
+
+    @property
+    def cpu_pressure_soft_bar(self) -> float:
+        """Below it (percent) the governor allows more dispatch concurrency; up to the hard bar it holds."""
+        return self.cpu_pressure_soft if self.cpu_pressure_soft is not None else self.cpu_pressure_ceiling / 3
 
     @property
     def host_load_soft_bar(self) -> float:
@@ -127,6 +162,7 @@ def load_settings(environ: Mapping[str, str] | None = None) -> Settings:
     raw_enabled = env.get("STAGE_E_STREAMING_ENABLED")
     roots_raw = get("STAGE_E_IMAGE_ROOTS")
     hosts_raw = get("STAGE_E_FETCH_ALLOWED_HOSTS")
+    raw_pressure = get("STAGE_E_CPU_PRESSURE_FILE")
     settings = Settings(
         streaming_enabled=(_parse_bool("STAGE_E_STREAMING_ENABLED", raw_enabled) if raw_enabled is not None else False),
         state_dir=state_dir,
@@ -136,6 +172,11 @@ def load_settings(environ: Mapping[str, str] | None = None) -> Settings:
         max_concurrent_dispatches=number(
             "STAGE_E_MAX_CONCURRENT_DISPATCHES", int, defaults.max_concurrent_dispatches, 1
         ),
+        cpu_pressure_file=Path(raw_pressure).expanduser() if raw_pressure else defaults.cpu_pressure_file,
+        cpu_pressure_ceiling=number(
+            "STAGE_E_CPU_PRESSURE_CEILING", float, defaults.cpu_pressure_ceiling, 0, 100
+        ),
+        cpu_pressure_soft=number("STAGE_E_CPU_PRESSURE_SOFT", float, None, 0, 100),  # type: ignore[arg-type]
         host_load_ceiling=number("STAGE_E_HOST_LOAD_CEILING", float, defaults.host_load_ceiling, 0),
         host_load_soft=number("STAGE_E_HOST_LOAD_SOFT", float, None, 0),  # type: ignore[arg-type]
         host_load_trip_after_s=number(
@@ -160,6 +201,11 @@ def load_settings(environ: Mapping[str, str] | None = None) -> Settings:
         run_max_runtime_s=number("STAGE_E_RUN_MAX_RUNTIME_S", int, defaults.run_max_runtime_s, 1),
         retention_days=number("STAGE_E_RETENTION_DAYS", int, defaults.retention_days, 1),
     )
+    if settings.cpu_pressure_soft_bar > settings.cpu_pressure_ceiling:
+        raise SettingsError(
+            f"STAGE_E_CPU_PRESSURE_SOFT={settings.cpu_pressure_soft_bar:g} must not be above "
+            f"STAGE_E_CPU_PRESSURE_CEILING={settings.cpu_pressure_ceiling:g}"
+        )
     if settings.host_load_soft_bar > settings.host_load_ceiling:
         raise SettingsError(
             f"STAGE_E_HOST_LOAD_SOFT={settings.host_load_soft_bar:g} must not be above "

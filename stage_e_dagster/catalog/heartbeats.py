@@ -35,6 +35,8 @@ def effective_settings(settings: Settings) -> dict[str, Any]:
         "micro_batch_size": settings.micro_batch_size,
         "batch_target_s": settings.batch_target_s,
         "max_concurrent_dispatches": settings.max_concurrent_dispatches,
+        "cpu_pressure_ceiling": settings.cpu_pressure_ceiling,
+        "cpu_pressure_soft": round(settings.cpu_pressure_soft_bar, 3),
         "host_load_ceiling": round(settings.host_load_ceiling, 3),
         "host_load_soft": round(settings.host_load_soft_bar, 3),
         "host_load_trip_after_s": settings.host_load_trip_after_s,

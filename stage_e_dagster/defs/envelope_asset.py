@@ -23,7 +23,7 @@ from ..catalog.models import EnvelopeTrip, MicroBatch, PoolControl, SensorHeartb
 from ..dispatch.sizing import waiting_cards
 from ..envelope.bars import Ceilings
 from ..envelope.fetch_window import window_counts
-from ..envelope.signals import host_load
+from ..envelope.signals import CpuPressure, host_load
 from ..settings import Settings
 from .resources import StageEResource
 from .tags import DISPATCH_POOL
@@ -35,9 +35,12 @@ BACKLOG_COUNT_BOUND = 10_000
 
 # What each observation key means, with its unit; shown on the asset's page.
 READINGS = {
+    "cpu_pressure": "CPU pressure (PSI some avg10, percent of 10 s a runnable task waited); 0 without PSI",
+    "cpu_pressure_ceiling": "hard bar for cpu_pressure: above it the governor halves; a trip needs it sustained at 1",
+    "cpu_pressure_soft_bar": "below it the governor raises dispatch concurrency (where PSI is read)",
     "host_load": "1-minute load average in this process's CPUs (code server host)",
-    "host_load_ceiling": "hard bar for host_load; a trip needs it sustained at the governor's floor",
-    "host_load_soft_bar": "below it the governor raises dispatch concurrency",
+    "host_load_ceiling": "without PSI, the hard bar for host_load less our own running dispatch runs",
+    "host_load_soft_bar": "without PSI, below it the governor raises dispatch concurrency",
     "worker_rss_mb": "peak RSS (MB) of the run worker of the newest succeeded batch; 0 before any",
     "rss_mb_ceiling": "bar for worker_rss_mb (MB)",
     "fetch_failures_in_window": "host fetch failures among the newest outcomes since the last ack",
@@ -48,7 +51,7 @@ READINGS = {
     "fetch_lockout_open": "1 while a fetch_lockout trip (HTTP 403) is open, else 0",
     "fetch_lockout_ceiling": "bar for fetch_lockout_open: any lockout trips",
     "open_trips": "unacknowledged trips (any bar); dispatch is halted while above 0",
-    "governed_concurrency": "dispatch runs the host-load governor allows now (pool_controls)",
+    "governed_concurrency": "dispatch runs the contention governor allows now (pool_controls)",
     "max_concurrent_dispatches": "STAGE_E_MAX_CONCURRENT_DISPATCHES, the cap the governor works under",
     "pool_held": "1 while the dispatch pool is held at 0 for a trip, else 0",
     "stage_c_waiting": f"unclaimed cards waiting for Stage C, counted up to {BACKLOG_COUNT_BOUND}",
@@ -93,6 +96,9 @@ def read_envelope(session: Session, settings: Settings, *, now: datetime, sensor
     governed = control.governed_limit if control is not None and control.governed_limit is not None else None
     oldest = oldest_waiting_since(session)
     values: dict[str, float | int] = {
+        "cpu_pressure": round(CpuPressure(settings.cpu_pressure_file).read() or 0.0, 2),
+        "cpu_pressure_ceiling": float(settings.cpu_pressure_ceiling),
+        "cpu_pressure_soft_bar": round(settings.cpu_pressure_soft_bar, 3),
         "host_load": round(host_load() or 0.0, 3),
         "host_load_ceiling": float(settings.host_load_ceiling),
         "host_load_soft_bar": float(settings.host_load_soft_bar),

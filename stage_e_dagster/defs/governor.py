@@ -1,8 +1,9 @@
-"""The dispatch sensors' side of the host-load governor: sample only with work waiting, steer, and show it.
+"""The dispatch sensors' side of the contention governor: sample only with work in hand, steer, and show it.
 
 Each change of the governed concurrency is an observation on ``stage_c_evidence`` (numeric
-``governed_concurrency`` and ``host_load``, plotted by the UI) and a line in the tick's skip reason.
-Decisions are at most one per ``STEER_EVERY``, however many sensors or daemons tick.
+``governed_concurrency``, plotted by the UI) and a line in the tick's skip reason. Decisions are at
+most one per ``STEER_EVERY``, however many sensors or daemons tick. The dispatch pool's limit
+follows the governed concurrency, so a sweep's backfill runs are governed like the sensors' own.
 """
 
 from __future__ import annotations
@@ -13,11 +14,12 @@ import sqlalchemy as sa
 from dagster import AssetKey, AssetObservation
 
 from ..catalog.engine import session_scope
-from ..catalog.models import PoolControl
+from ..catalog.models import MicroBatch, PoolControl
+from ..dispatch.batches import IN_FLIGHT
 from ..dispatch.claims import unclaimed_card_ids
 from ..dispatch.governing import Steering, steer
 from ..envelope.governor import Governed
-from ..envelope.signals import host_load
+from ..envelope.signals import CpuPressure, PressureSource, read_contention
 from ..settings import Settings
 from .tags import DISPATCH_POOL
 
@@ -30,19 +32,46 @@ def has_unclaimed(engine: sa.Engine, predicate: sa.ColumnElement[bool], *, now: 
         return bool(unclaimed_card_ids(session, predicate, now=now, limit=1))
 
 
-def steer_by_load(engine: sa.Engine, settings: Settings, *, cap: int | None, now: datetime) -> Steering:
-    """One governor decision from a fresh load sample, or the standing one if a decision is recent."""
-    limit_cap = cap if cap is not None else settings.max_concurrent_dispatches
+def has_batch_in_flight(engine: sa.Engine) -> bool:
+    """Is any batch waiting for its run or running? A sweep claims every card it batches, so while its
+    backfill runs nothing is unclaimed, yet its runs load the host. One probe of the status index."""
+    with session_scope(engine) as session:
+        probe = sa.select(MicroBatch.batch_key).where(MicroBatch.status.in_(IN_FLIGHT)).limit(1)
+        return session.execute(probe).first() is not None
+
+
+def standing_limit(engine: sa.Engine, cap: int) -> int:
+    """The governed concurrency last decided (at most ``cap``), or ``cap`` before any decision."""
+    with session_scope(engine) as session:
+        control = session.get(PoolControl, DISPATCH_POOL)
+        governed = control.governed_limit if control is not None else None
+    return cap if governed is None else max(1, min(governed, cap))
+
+
+def steer_by_contention(
+    engine: sa.Engine,
+    settings: Settings,
+    *,
+    own_running: int,
+    now: datetime,
+    pressure: PressureSource | None = None,
+) -> Steering:
+    """One governor decision from a fresh contention sample, or the standing one if a decision is recent.
+
+    ``own_running`` is how many dispatch runs this instance has going (the fallback's own share of
+    the load); ``pressure`` defaults to the PSI file of the settings."""
+    cap = settings.max_concurrent_dispatches
+    source = pressure if pressure is not None else CpuPressure(settings.cpu_pressure_file)
     with session_scope(engine) as session:
         control = session.get(PoolControl, DISPATCH_POOL)
         recent = control is not None and control.governed_at is not None and now - control.governed_at < STEER_EVERY
         if recent and control.governed_limit is not None:
-            standing = Governed(min(control.governed_limit, limit_cap), control.over_hard_since, False, "")
+            standing = Governed(min(control.governed_limit, cap), control.over_hard_since, False, "")
             return Steering(standing, changed=False, trip_id=None)
-        load = host_load()
-        if load is None:  # no load average on this platform: nothing to steer by
-            return Steering(Governed(limit_cap, None, False, "no host load reading"), changed=False, trip_id=None)
-        return steer(session, settings, pool=DISPATCH_POOL, load=load, cap=limit_cap, now=now)
+        contention = read_contention(source, own_running=own_running)
+        if contention is None:  # neither PSI nor a load average on this platform: nothing to steer by
+            return Steering(Governed(cap, None, False, "no contention reading"), changed=False, trip_id=None)
+        return steer(session, settings, pool=DISPATCH_POOL, contention=contention, cap=cap, now=now)
 
 
 def governor_observation(steering: Steering) -> AssetObservation:

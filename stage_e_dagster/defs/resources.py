@@ -8,13 +8,16 @@ set-up, not a tick error. It never enters Dagster's config, so the UI and run re
 from __future__ import annotations
 
 from dataclasses import replace
+from typing import TYPE_CHECKING
 
 import sqlalchemy as sa
 from dagster import ConfigurableResource
 
 from ..catalog.engine import engine_for, masked_url
 from ..settings import Settings, load_settings
-from ..stage_c.fetch import ImageFetcher
+
+if TYPE_CHECKING:
+    from ..stage_c.fetch import ImageFetcher
 
 
 class StageEResource(ConfigurableResource):
@@ -35,4 +38,6 @@ class StageEResource(ConfigurableResource):
         return engine_for(self.settings().database_url)
 
     def image_fetcher(self, settings: Settings) -> ImageFetcher:
+        from ..stage_c.fetch import ImageFetcher  # HTTP (httpx, which pulls in Rich) only in a run that fetches
+
         return ImageFetcher.from_settings(settings, engine_for(settings.database_url))

@@ -10,6 +10,7 @@ import logging
 import math
 from dataclasses import dataclass, field
 from datetime import timedelta
+from typing import TYPE_CHECKING
 
 import sqlalchemy as sa
 
@@ -19,11 +20,13 @@ from ..envelope.bars import Ceilings, EnvelopeSignals
 from ..envelope.signals import current_rss_mb, peak_rss_mb
 from ..envelope.trips import check_envelope, current_open_trip, open_trip
 from ..settings import Settings
-from ..stage_c.fetch import ImageFetcher
-from ..stage_c.run import StageCReport, run_stage_c
-from ..stage_d.run import StageDReport, run_stage_d
 from .batches import dispatch_writer, get_batch, mark_succeeded, take_batch
 from .guard import FLAG_OFF, check_gate
+
+if TYPE_CHECKING:  # the stages (OpenCV, Tesseract, HTTP) load when a run first needs them, not with the code location
+    from ..stage_c.fetch import ImageFetcher
+    from ..stage_c.run import StageCReport
+    from ..stage_d.run import StageDReport
 
 # Why a run refused. ``gate``: streaming off or a trip open, the batch goes back to the backlog at no
 # cost. ``taken``: another run holds the batch, or it has finished; the batch is left alone.
@@ -127,6 +130,8 @@ def run_batch_stage_c(engine: sa.Engine, batch: BatchInfo, *, run_id: str, fetch
 
     Progress and every card that failed, was deferred or was left terminal go to ``logger``.
     """
+    from ..stage_c.run import run_stage_c
+
     said = BatchLog(logger or log, "stage C", len(batch.card_ids))
     report = run_stage_c(
         engine,
@@ -170,6 +175,8 @@ def run_batch_stage_d(engine: sa.Engine, batch: BatchInfo, *, run_id: str,
     The batch goes in chunks of a quarter of it (each its own transaction) so ``logger`` hears of
     progress while it runs; a batch is small enough that the extra commits cost nothing to speak of.
     """
+    from ..stage_d.run import run_stage_d
+
     said = BatchLog(logger or log, "stage D", len(set(batch.card_ids)))
     return run_stage_d(engine, batch.card_ids, run_id=run_id, chunk_size=said.every, progress=said.advance)
 

@@ -1,8 +1,8 @@
-"""Applying the host-load governor's decision to the shared state, once per tick with work to dispatch.
+"""Applying the contention governor's decision to the shared state, once per tick with work in hand.
 
 The governed concurrency lives in the catalogue (``pool_controls``), read and written under a row
-lock, so every sensor and daemon steers the same number. A load sample is taken only when there is
-work to dispatch: an idle system with a busy neighbour opens no trip.
+lock, so every sensor and daemon steers the same number. A sample is taken only while dispatch or
+sweep work waits or runs: an idle system with a busy neighbour opens no trip.
 """
 
 from __future__ import annotations
@@ -15,6 +15,7 @@ from sqlalchemy.orm import Session
 from ..catalog.engine import dialect_insert
 from ..catalog.models import PoolControl
 from ..envelope.governor import Bars, Governed, govern
+from ..envelope.signals import Contention
 from ..envelope.trips import open_trip
 from ..settings import Settings
 
@@ -34,21 +35,31 @@ def pool_control(session: Session, pool: str) -> PoolControl:
     return control
 
 
-def steer(session: Session, settings: Settings, *, pool: str, load: float, cap: int, now: datetime) -> Steering:
+def steer(
+    session: Session, settings: Settings, *, pool: str, contention: Contention, cap: int, now: datetime
+) -> Steering:
     """Record the governor's decision for this sample; opens a ``host_load`` trip when steering failed."""
     control = pool_control(session, pool)
-    bars = Bars(settings.host_load_soft_bar, settings.host_load_ceiling, cap, settings.host_load_trip_after_s)
-    decision = govern(load, bars, current=control.governed_limit, over_hard_since=control.over_hard_since, now=now)
+    bars = Bars.for_signal(settings, contention.signal, cap)
+    decision = govern(
+        contention.value,
+        bars,
+        current=control.governed_limit,
+        over_hard_since=control.over_hard_since,
+        now=now,
+        sampled_at=control.governed_at,
+    )
     changed = decision.limit != control.governed_limit
     control.governed_limit, control.over_hard_since, control.governed_at = decision.limit, decision.over_hard_since, now
     trip_id = None
     if decision.trip:
         detail = {
-            "observed": load,
-            "ceiling": settings.host_load_ceiling,
+            "signal": contention.signal,
+            "observed": contention.value,
+            "ceiling": bars.hard,
             "soft": bars.soft,
             "at_floor_since": decision.over_hard_since.isoformat() if decision.over_hard_since else None,
-            "sustained_s": settings.host_load_trip_after_s,
+            "sustained_s": bars.trip_after_s,
         }
         trip_id = open_trip(session, "host_load", detail).trip_id
         control.over_hard_since = None  # a new trip after the ack needs a new sustained period

@@ -6,13 +6,15 @@ numeric field across batches; ``stage-e ledger`` reads them back from the event 
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from .. import __version__
 from ..stage_c.manifest import MANIFEST_VERSIONS
-from ..stage_c.run import StageCReport
-from ..stage_d.run import StageDReport
 from .conveyor import BatchInfo
+
+if TYPE_CHECKING:
+    from ..stage_c.run import StageCReport
+    from ..stage_d.run import StageDReport
 
 CODE_VERSION = f"stage-e-dagster {__version__}; manifest " + ",".join(f"{k}={v}" for k, v in MANIFEST_VERSIONS.items())
 

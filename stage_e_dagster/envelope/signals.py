@@ -3,12 +3,70 @@
 from __future__ import annotations
 
 import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Protocol
 
 from sqlalchemy.orm import Session
 
 from ..settings import usable_cpus
 from .bars import Ceilings, EnvelopeSignals
 from .fetch_window import window_counts
+
+# The two ways contention is read: the kernel's pressure stall information, or (without it) the load
+# average beyond this instance's own running dispatch runs.
+CPU_PRESSURE = "cpu_pressure"
+EXCESS_LOAD = "excess_load"
+
+
+class PressureSource(Protocol):
+    def read(self) -> float | None: ...
+
+
+@dataclass(frozen=True)
+class CpuPressure:
+    """A PSI file's ``some avg10``: the percent of the last 10 s in which a runnable task waited for a CPU.
+
+    Our own workers, one per CPU, keep it near 0; it rises only when runnable work outnumbers the
+    CPUs, which is what the governor steers by. ``None`` (no file, no such line) means no PSI here."""
+
+    path: Path | None
+
+    def read(self) -> float | None:
+        if self.path is None:
+            return None
+        try:
+            text = self.path.read_text(encoding="ascii")
+        except (OSError, UnicodeDecodeError):
+            return None
+        for line in text.splitlines():
+            if line.startswith("some "):
+                fields = dict(part.split("=", 1) for part in line.split()[1:] if "=" in part)
+                try:
+                    return float(fields["avg10"])
+                except (KeyError, ValueError):
+                    return None
+        return None
+
+
+@dataclass(frozen=True)
+class Contention:
+    """One contention reading: which signal, and its value (percent for PSI, CPUs of load otherwise)."""
+
+    signal: str
+    value: float
+
+
+def read_contention(pressure: PressureSource, *, own_running: int) -> Contention | None:
+    """CPU pressure where the kernel reports it; else the load average less the ``own_running`` dispatch
+    runs (each keeps about one CPU busy), so our own workers on cores nobody else wants read as none."""
+    some = pressure.read()
+    if some is not None:
+        return Contention(CPU_PRESSURE, some)
+    load = host_load()
+    if load is None:
+        return None
+    return Contention(EXCESS_LOAD, max(0.0, load - own_running))
 
 
 def host_load() -> float | None:

@@ -69,11 +69,14 @@ def test_end_to_end_bench_prints_throughput_ratios_and_overhead() -> None:
 
 @pytest.mark.slow
 def test_streaming_vs_bulk_bench_prints_the_ratio_and_the_trickle_latency() -> None:
-    out = run_bench("streaming_vs_bulk.py", "--cards", "12", "--trickle", "2", "--trickle-every", "2", timeout=600)
-    ratio = rf"^ratio streaming/bulk: {NUMBER} from the backlog's commit .*; {NUMBER} from first run start"
+    out = run_bench("streaming_vs_bulk.py", "--cards", "12", "--trickle", "2", "--trickle-every", "2",
+                    "--neighbour-s", "8", timeout=900)
+    ratio = rf"^ratio streaming/bulk: {NUMBER} from the daemon's start .*; {NUMBER} from first run start"
     assert re.search(ratio, out, re.M), out
-    assert re.search(rf"^daemon start to its first dispatch tick \(once per daemon start\): {NUMBER} s", out, re.M), out
+    assert re.search(r"^rep 1: .*governed concurrency .* of \d+ samples$", out, re.M), out
     assert re.search(rf"^trickle insert -> evidence, 2 cards: p50 {NUMBER} s  max {NUMBER} s", out, re.M), out
+    assert re.search(r"^neighbour arm: \d+ cards, cap \d+; \d+ busy process\(es\) for 8 s", out, re.M), out
+    assert re.search(r"^neighbour arm: governed concurrency .*; trips opened: \d+ \(expected 0\)", out, re.M), out
 
 
 HISTORY_SENSORS = ("card_created_sensor", "evidence_changed_sensor", "envelope_trip_sensor")
@@ -109,6 +112,8 @@ def test_scale_bench_prints_its_ratio_lines() -> None:
                      out, re.M), out
     fixed = rf"^per-run fixed cost: median {NUMBER} s  \(launch {NUMBER}, to first step {NUMBER}"
     assert re.search(fixed, out, re.M), out
+    launch = rf"^ratio launch \(RUN_STARTING\) -> first step / bare python -c 'import dagster': {NUMBER}"
+    assert re.search(launch, out, re.M), out
     assert re.search(rf"^ratio sensor round, 1k runs \+ 1k partitions / 100 runs \+ 100 partitions: median {NUMBER}",
                      out, re.M), out
     assert re.search(rf"^ratio partitions after retention / batches finished within \d+ days: {NUMBER}", out, re.M), out

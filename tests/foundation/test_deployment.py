@@ -76,7 +76,9 @@ def test_instance_yaml_has_one_run_granular_pool_and_run_monitoring(path: Path) 
     config = load(path)
     pools = config["concurrency"]["pools"]
     assert pools["granularity"] == "run"  # a SIGKILLed run gives its slot back
-    assert pools["default_limit"] == Settings().max_concurrent_dispatches
+    # The limit before the first dispatch tick; from then on the sensors keep the pool at the
+    # governed concurrency, at most STAGE_E_MAX_CONCURRENT_DISPATCHES (the usable CPUs by default).
+    assert pools["default_limit"] == 2
     runs = config["concurrency"]["runs"]
     assert runs["max_concurrent_runs"] >= pools["default_limit"]
     # Asset-backfill runs carry no job tags, so a tag limit would not cap the sweep: the pool must.

@@ -1,9 +1,8 @@
-import os
 from pathlib import Path
 
 import pytest
 
-from stage_e_dagster.settings import SettingsError, load_settings
+from stage_e_dagster.settings import SettingsError, load_settings, usable_cpus
 
 
 def test_defaults_ship_streaming_off_with_the_documented_values(tmp_path: Path) -> None:
@@ -11,11 +10,12 @@ def test_defaults_ship_streaming_off_with_the_documented_values(tmp_path: Path) 
     assert s.streaming_enabled is False
     assert s.micro_batch_size is None  # batches sized by work
     assert s.batch_target_s == 30.0
-    assert s.max_concurrent_dispatches == 2
+    assert s.max_concurrent_dispatches == max(1, int(usable_cpus()))  # one dispatch run per usable CPU
+    assert s.cpu_pressure_ceiling == 75.0 and s.cpu_pressure_soft_bar == 25.0
     assert s.rss_mb_ceiling == 512
     assert s.fetch_failure_rate_ceiling == 0.01
     assert s.fetch_failure_window == 500
-    assert s.host_load_ceiling == float(os.cpu_count())
+    assert s.host_load_ceiling == usable_cpus() and s.host_load_soft_bar == 0.75 * usable_cpus()
     assert s.database_url == f"sqlite:///{tmp_path / 'catalog.sqlite'}"
     assert s.dagster_home == tmp_path / "dagster_home"
 
@@ -27,6 +27,8 @@ def test_values_are_parsed_and_typed() -> None:
             "STAGE_E_MICRO_BATCH_SIZE": "40",
             "STAGE_E_BATCH_TARGET_S": "12.5",
             "STAGE_E_HOST_LOAD_CEILING": "7.5",
+            "STAGE_E_CPU_PRESSURE_CEILING": "45",
+            "STAGE_E_CPU_PRESSURE_FILE": "/sys/fs/cgroup/pod/cpu.pressure",
             "STAGE_E_FETCH_ALLOWED_HOSTS": "img.example.org, CDN.example.org",
             "STAGE_E_DATABASE_URL": "postgresql+psycopg2://u@h/db",
         }
@@ -35,6 +37,8 @@ def test_values_are_parsed_and_typed() -> None:
     assert s.micro_batch_size == 40
     assert s.batch_target_s == 12.5
     assert s.host_load_ceiling == 7.5
+    assert s.cpu_pressure_ceiling == 45.0 and s.cpu_pressure_soft_bar == 15.0
+    assert s.cpu_pressure_file == Path("/sys/fs/cgroup/pod/cpu.pressure")
     assert s.fetch_allowed_hosts == ("img.example.org", "cdn.example.org")
     assert s.database_url == "postgresql+psycopg2://u@h/db"
 
@@ -50,6 +54,8 @@ def test_values_are_parsed_and_typed() -> None:
         ("STAGE_E_FETCH_FAILURE_RATE_CEILING", "1.5", "must be at most 1"),
         ("STAGE_E_FETCH_FAILURE_WINDOW", "2.5", "is not a whole number"),
         ("STAGE_E_HOST_LOAD_CEILING", "nan", "is not a number"),
+        ("STAGE_E_CPU_PRESSURE_CEILING", "101", "STAGE_E_CPU_PRESSURE_CEILING='101' must be at most 100"),
+        ("STAGE_E_CPU_PRESSURE_SOFT", "80", "STAGE_E_CPU_PRESSURE_SOFT=80 must not be above"),
         ("STAGE_E_STREAMING_ENABLED", "maybe", "STAGE_E_STREAMING_ENABLED='maybe' is not a boolean"),
     ],
 )

@@ -120,6 +120,8 @@ def pipeline(corpus_template: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPa
     monkeypatch.setenv("STAGE_E_IMAGE_ROOTS", str(images))
     monkeypatch.setenv("STAGE_E_FETCH_ALLOWED_HOSTS", "127.0.0.1")
     monkeypatch.setenv("STAGE_E_HOST_LOAD_CEILING", "1000")
+    monkeypatch.setenv("STAGE_E_CPU_PRESSURE_CEILING", "100")  # the machine's own contention decides no test
+    monkeypatch.setenv("STAGE_E_MAX_CONCURRENT_DISPATCHES", "2")  # the pool of INSTANCE_OVERRIDES, whatever the CPUs
     monkeypatch.setenv("STAGE_E_RSS_MB_CEILING", "100000")
     engine = make_engine(url)
     with instance_for_test(overrides=INSTANCE_OVERRIDES) as instance:

@@ -66,6 +66,7 @@ class Stack:
                 "STAGE_E_IMAGE_ROOTS": str(images),
                 "STAGE_E_FETCH_ALLOWED_HOSTS": "127.0.0.1",
                 "STAGE_E_HOST_LOAD_CEILING": "1000",
+                "STAGE_E_CPU_PRESSURE_CEILING": "100",
                 "STAGE_E_RSS_MB_CEILING": "100000",
                 "STAGE_E_MICRO_BATCH_SIZE": "2",
                 "STAGE_E_MAX_CONCURRENT_DISPATCHES": "2",

@@ -167,8 +167,9 @@ def test_default_off_with_the_real_code_location_and_no_database_url(tmp_path: P
         assert "streaming is off" in _skip_message(sensor, preview), preview.stdout
 
     # Streaming on, still no STAGE_E_DATABASE_URL: the sensor reads the CLI's default catalogue.
-    # (A load ceiling far above the host's: this checks which database is read, not the envelope.)
-    on = env | {"STAGE_E_STREAMING_ENABLED": "true", "STAGE_E_HOST_LOAD_CEILING": "1000"}
+    # (Contention bars out of reach: this checks which database is read, not the envelope.)
+    on = env | {"STAGE_E_STREAMING_ENABLED": "true", "STAGE_E_HOST_LOAD_CEILING": "1000",
+                "STAGE_E_CPU_PRESSURE_CEILING": "100"}
     upgraded = subprocess.run(
         [str(BIN / "stage-e"), "db", "upgrade"], env=on, cwd=cwd, capture_output=True, text=True, timeout=CLI_TIMEOUT_S
     )

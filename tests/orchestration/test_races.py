@@ -54,6 +54,7 @@ def pg_pipeline(
         "STAGE_E_STATE_DIR": str(tmp_path / "state"),
         "STAGE_E_IMAGE_ROOTS": str(corpus_template / "corpus"),
         "STAGE_E_HOST_LOAD_CEILING": "1000",
+        "STAGE_E_CPU_PRESSURE_CEILING": "100",
         "STAGE_E_RSS_MB_CEILING": "100000",
         "STAGE_E_STREAMING_ENABLED": "true",
         "STAGE_E_MICRO_BATCH_SIZE": "4",

@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 import sqlalchemy as sa
-from dagster import RunRequest, SensorEvaluationContext, SensorResult, SkipReason
+from dagster import DagsterRunStatus, RunRequest, SensorEvaluationContext, SensorResult, SkipReason
 
 from ...catalog.base import utcnow
 from ...catalog.engine import session_scope
@@ -21,7 +21,13 @@ from ...dispatch.guard import FLAG_OFF, check_gate
 from ...dispatch.sizing import MAX_BATCHES_PER_TICK, plan_for_tick
 from ...settings import Settings
 from ...stage_c.rollout import rollout_step
-from ..governor import governor_observation, has_unclaimed, steer_by_load
+from ..governor import (
+    governor_observation,
+    has_batch_in_flight,
+    has_unclaimed,
+    standing_limit,
+    steer_by_contention,
+)
 from ..hold import active_dispatch_runs, apply_pool_setting, hold_dispatch, release_hold
 from ..partitions import micro_batches
 from ..reconcile import Reconciled, reconcile
@@ -33,6 +39,7 @@ from ..tags import dispatch_tags
 # any tick that starts a little earlier in its pass than the last one did, so the sensor then ticks
 # every 10 s, which alone added ~5 s to a trickled card's wait.
 EVERY_DAEMON_PASS_S = 4
+RUNNING = (DagsterRunStatus.STARTING, DagsterRunStatus.STARTED)
 
 
 def run_request(settings: Settings, batch: MicroBatch) -> RunRequest:
@@ -68,7 +75,6 @@ def dispatch_tick(
                 return SkipReason(f"{verdict.reason}; cancelled {cancelled} queued dispatch run(s)")
         return SkipReason(verdict.reason)
     release_hold(instance, engine)
-    cap = pool_cap = apply_pool_setting(instance, engine, settings.max_concurrent_dispatches)
 
     cursor = int(context.cursor) if use_cursor and context.cursor else 0
     now = utcnow()
@@ -81,8 +87,11 @@ def dispatch_tick(
             notes.append(f"extractor manifest rollout: {step.requeued} card(s) back in the Stage C backlog")
         done = reconcile(instance, engine, settings, now=now)
     requeue = done.requests[:MAX_BATCHES_PER_TICK]
-    if requeue or has_unclaimed(engine, predicate, now=now):
-        steering = steer_by_load(engine, settings, cap=cap, now=now)
+    active = active_dispatch_runs(instance)
+    governed = standing_limit(engine, settings.max_concurrent_dispatches)
+    if requeue or has_unclaimed(engine, predicate, now=now) or has_batch_in_flight(engine):
+        own_running = sum(1 for run in active if run.status in RUNNING)
+        steering = steer_by_contention(engine, settings, own_running=own_running, now=now)
         if steering.trip_id is not None:  # what reconciling settled still goes in the ledger
             return SensorResult(
                 skip_reason=f"{steering.governed.reason}: opened trip {steering.trip_id}",
@@ -92,11 +101,14 @@ def dispatch_tick(
         if steering.changed:
             notes.append(steering.governed.reason)
             done.observations.append(governor_observation(steering))
-        cap = min(pool_cap, steering.governed.limit) if pool_cap is not None else steering.governed.limit
+        governed = steering.governed.limit
+    # The pool follows the governed concurrency, so the backfill daemon starts a sweep's runs under it too.
+    pool_cap = apply_pool_setting(instance, engine, governed)
+    cap = min(pool_cap, governed) if pool_cap is not None else governed
     # Runs queued beyond the pool's limit wait for a slot only while the pool is the limit: under a
-    # governed limit below it, the sensor alone keeps the count, so nothing is queued ahead.
+    # governed limit below an operator's own pool limit, the sensor alone keeps the count.
     queue_ahead = pool_cap is not None and cap == pool_cap
-    in_flight = len(active_dispatch_runs(instance))
+    in_flight = len(active)
     with session_scope(engine) as session:
         plan = plan_for_tick(
             settings, in_flight_runs=in_flight + len(requeue), cap=cap, queue_ahead=queue_ahead, session=session,

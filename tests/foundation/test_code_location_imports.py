@@ -1,0 +1,64 @@
+"""Loading the code location imports only what it needs to list its definitions (issue 18, item 3).
+
+A run worker loads ``stage_e_dagster.definitions`` before its first step; OpenCV, Tesseract, the HTTP
+client (which pulls in Rich), the CLI, the Scryfall importer and the corpus renderer are for the
+steps or for other commands, so they load when those first need them. Each check runs in a fresh
+interpreter, where ``sys.modules`` holds exactly what the import brought in.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+pytestmark = pytest.mark.slow  # a child interpreter per check
+
+NOT_AT_LOAD = (
+    "cv2",
+    "tesserocr",
+    "httpx",
+    "rich",
+    "typer",
+    "stage_e_dagster.cli",
+    "stage_e_dagster.catalog_import",
+    "stage_e_dagster.corpus",
+    "stage_e_dagster.stage_c.run",
+    "stage_e_dagster.stage_d.run",
+)
+
+PROBE = """
+import json, sys
+{imports}
+names = json.loads(sys.argv[1])
+print(json.dumps(sorted(m for m in sys.modules if any(m == n or m.startswith(n + ".") for n in names))))
+"""
+
+
+def loaded_after(imports: str) -> list[str]:
+    """The modules of ``NOT_AT_LOAD`` that ``imports`` brought in, in a fresh interpreter."""
+    done = subprocess.run(
+        [sys.executable, "-c", PROBE.format(imports=imports), json.dumps(NOT_AT_LOAD)],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=True,
+    )
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def test_loading_the_code_location_imports_neither_opencv_nor_tesseract_nor_the_cli() -> None:
+    loaded = loaded_after(
+        "from stage_e_dagster.definitions import defs\n"
+        "repo = defs.get_repository_def()\n"
+        "assert repo.get_job('stage_e_dispatch') is not None and repo.sensor_defs"
+    )
+    assert loaded == []
+
+
+def test_the_probe_sees_a_stage_that_does_import_them() -> None:
+    """The same probe after importing Stage C's entry point: the check above can fail."""
+    loaded = loaded_after("import stage_e_dagster.stage_c.run")
+    assert "cv2" in loaded and "httpx" in loaded and "stage_e_dagster.stage_c.run" in loaded
