@@ -23,6 +23,7 @@ import cv2
 import numpy as np
 from PIL import Image
 
+from ..catalog.evidence_facts import LAYOUT_CONFIDENCE_BAR
 from .geometry import BLEED_ASPECT, TRIM_ASPECT, BleedClass, classify_bleed
 
 Method = Literal["whole-image", "contour", "fallback"]
@@ -31,15 +32,15 @@ Point = tuple[float, float]
 SEARCH_SIDE = 640           # long side of the copy the contour search runs on
 MIN_AREA_FRACTION = 0.2     # a card filling half the frame's height covers at least ~0.2 of its area
 ASPECT_TOLERANCE = 0.025    # spread of the aspect score around the card's aspect (short / long side)
-CONFIDENCE_BAR = 0.5        # below this a quad is not taken as the card
+# Below this a quad is not taken as the card, and Stage D does not veto on the border read on it
+# (the reading may be of the background): the bar both stages share.
+CONFIDENCE_BAR = LAYOUT_CONFIDENCE_BAR
 WHOLE_IMAGE_CONFIDENCE = 0.7  # the upload's own aspect is a card's, but nothing inside it confirms it
 # A top-loader's outline can fall near a print file's aspect; a physical card is far the likelier.
 BLEED_PREFERENCE = 0.9
 # Edge pixels above this share of the search image (the eight real photos: 0.31-0.42) mean noise.
 MAX_EDGE_DENSITY = 0.6
 BLEED_ASPECT_SLACK = 0.004  # a found quad is a print file with bleed only this close to (or above) its aspect
-# Below this Stage D should not veto on the border: the reading may be of the background.
-LAYOUT_CONFIDENCE_BAR = CONFIDENCE_BAR
 
 
 @dataclass(frozen=True)

@@ -12,8 +12,8 @@ import re
 from dataclasses import dataclass
 from itertools import product
 
-LANG_CODES = ("EN", "DE", "FR", "IT", "ES", "PT", "JA", "JP", "RU", "KO", "ZH", "CS", "CT", "PH")
-RARITY_LETTERS = "CURMSLTPB"
+from ..catalog.collector_line import DIGIT_LOOKALIKES, LANG_CODES, RARITY_LETTERS, RARITY_NUMBER  # noqa: F401
+
 
 # How a parse got its collector number and its set code.
 NUMBER_SLASH = "slash"          # number over set size: "041/281"
@@ -29,7 +29,6 @@ _SLASH = re.compile(
     rf"(?<![0-9A-Za-z])(?:[{_GLUED_LETTERS}]{{1,4}}(?=[0-9]))?[*\u2605]?"
     r"((?:[0-9OoIlSB] ?){0,3}[0-9OoIlSB][a-z]?)\s*[/|\\]\s*([0-9OoIlSB]{1,4})"
 )
-RARITY_NUMBER = re.compile(rf"(?<![0-9A-Za-z])[{RARITY_LETTERS}]\s*[^\sA-Za-z0-9]?\s*([0-9OoIlSB]{{3,5}}[a-z]?)\b")
 _BARE_NUMBER = re.compile(r"(?<![0-9A-Za-z/])[*\u2605]?([0-9]{1,4}[a-z]?)(?![0-9/])")
 # A language code is a whole token ("FRF" and "DEN" are set codes), or glued to a bullet misread as e/o/a.
 _LANG = re.compile(
@@ -58,7 +57,6 @@ _GLUED = re.compile(r"(?<=[a-z])(?=[A-Z][a-z])")
 _CONFUSIONS = {"0": "od", "o": "0dq", "d": "o", "q": "o", "1": "il", "i": "1l", "l": "1i", "5": "s",
                "s": "5", "8": "b", "b": "8e", "2": "z", "z": "2", "6": "g", "g": "6c", "c": "g", "e": "fb",
                "f": "e", "u": "v", "v": "u", "p": "r", "r": "p"}
-DIGIT_LOOKALIKES = str.maketrans({"O": "0", "o": "0", "I": "1", "l": "1", "S": "5", "B": "8"})
 _BULLET_MISREADS = set("eo*«»·.,:;-+°™'\"")
 
 

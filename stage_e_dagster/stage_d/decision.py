@@ -6,14 +6,14 @@ from dataclasses import dataclass, field
 from difflib import SequenceMatcher
 from typing import Any, Sequence
 
-from ..stage_c.localise import LAYOUT_CONFIDENCE_BAR
+from ..catalog.evidence_facts import LAYOUT_CONFIDENCE_BAR
 from . import agents as A
 from .agents import OUTCOME_NO_MATCH, OUTCOME_VOTE
 
 ARTIST_MATCH_RATIO = 0.8
 BORDER_VOCABULARY = frozenset({"black", "white", "silver", "borderless", "gold"})
 # A border reading counts against a match only when Stage C is this sure it read the card itself
-# (its ``layout_confidence``, against Stage C's own bar for "the quad is the card", 0.5). Below
+# (its ``layout_confidence``, against the shared bar for "the quad is the card", 0.5). Below
 # it, or with no confidence recorded, the reading may be the table, sleeve or top-loader.
 BORDER_VETO_CONFIDENCE = LAYOUT_CONFIDENCE_BAR
 

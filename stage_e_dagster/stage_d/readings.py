@@ -4,7 +4,7 @@ Stage C stores the parse together with the raw text and word boxes of the read t
 Looking back at that text tells a set code printed as read from one repaired through look-alike
 glyphs, a number printed in a collector form ("041/281", "C 0100") from a bare number that frame
 junk reads like, and a marked copyright year from a stray one. The digit look-alikes and the
-rarity-then-number pattern are Stage C's own; the slash and year patterns here are simpler than
+rarity-then-number pattern are the shared collector-line alphabet's; the slash and year patterns here are simpler than
 Stage C's (no glued-letter prefix, no word boundaries), as they only look for a form in the text.
 """
 
@@ -14,7 +14,7 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
-from ..stage_c.parse import DIGIT_LOOKALIKES, RARITY_NUMBER
+from ..catalog.collector_line import DIGIT_LOOKALIKES, RARITY_NUMBER
 
 # Tesseract word confidence (0-100) at which one read of a set code counts as confirmed.
 STRONG_WORD_CONFIDENCE = 90.0

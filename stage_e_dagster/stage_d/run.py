@@ -17,7 +17,7 @@ import sqlalchemy as sa
 from sqlalchemy.orm import Session
 
 from ..catalog.models import Card, PrintingVote, ScanLog, StageDPass
-from ..stage_c.current import current_evidence
+from ..catalog.evidence_facts import current_evidence
 from . import agents as A
 from .consensus import recompute_consensus
 from .decision import Decision

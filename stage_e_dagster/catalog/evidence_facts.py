@@ -1,0 +1,76 @@
+"""What Stage C writes and Stage D reads must mean the same in both: the facts of stored evidence.
+
+Stage D reads evidence rows, never images, and never imports Stage C; the few rules both stages
+apply to the same rows live here, below both: the extractor manifest and what makes a row
+current, the Hamming distance between stored hashes, and the confidence bar below which a
+border reading may be of the background rather than the card.
+"""
+
+from __future__ import annotations
+
+from types import MappingProxyType
+from typing import Iterable
+
+import sqlalchemy as sa
+from sqlalchemy.orm import Session
+
+from .models import Card, ImageEvidence
+
+# Every extractor's key and version. Bumping a version makes only that extractor's stored values stale.
+MANIFEST_VERSIONS: MappingProxyType[str, str] = MappingProxyType(
+    {
+        "fetch_health": "fetch-health-v1",
+        # Localisation (issue 11): every image extractor below reads the card found in the upload,
+        # so each was bumped when it stopped reading the raw upload.
+        "card_localisation": "card-localisation-v1",
+        "geometry_bleed": "geometry-bleed-v2",
+        "layout_class": "layout-class-v2",
+        "crop_coordinates": "crop-coordinates-v2",
+        "collector_line_ocr": "collector-line-ocr-v3",  # v3: whole-token language codes, glued numbers
+        "collector_line_word_boxes": "collector-line-word-boxes-v2",
+        "artist_ocr": "artist-ocr-v3",  # v3: credits in capitals
+        "symbol_region": "symbol-region-v2",
+        "art_phash": "art-phash-v2",
+        "legal_line": "legal-line-v3",  # v3: a year range gives its end
+        "quality_signals": "quality-signals-v2",
+        "color_profile": "color-profile-v2",
+    }
+)
+
+# Card localisation confidence below which a quad is not taken as the card: a border read below it
+# may be of the table, sleeve or top-loader, so Stage D must not veto on it.
+LAYOUT_CONFIDENCE_BAR = 0.5
+
+
+def stale_extractors(stored: dict[str, str] | None) -> list[str]:
+    """Manifest keys whose stored version is missing or differs from the current one, in manifest order."""
+    stored = stored or {}
+    return [key for key, version in MANIFEST_VERSIONS.items() if stored.get(key) != version]
+
+
+def present_evidence(session: Session, card_ids: Iterable[int]) -> dict[int, ImageEvidence]:
+    """Each card's evidence row for its present image, current or stale; cards without one are absent."""
+    ids = list(card_ids)
+    if not ids:
+        return {}
+    rows = session.execute(
+        sa.select(ImageEvidence)
+        .join(Card, sa.and_(Card.id == ImageEvidence.card_id, Card.content_hash == ImageEvidence.content_hash))
+        .where(ImageEvidence.card_id.in_(ids))
+    ).scalars()
+    return {row.card_id: row for row in rows}
+
+
+def current_evidence(session: Session, card_ids: Iterable[int]) -> dict[int, ImageEvidence]:
+    """Each card's current evidence: taken from its present image (content hash equal to the card's)
+    with every manifest extractor at its current version. Cards without one are absent."""
+    return {
+        card_id: ev
+        for card_id, ev in present_evidence(session, card_ids).items()
+        if not stale_extractors(ev.extractor_versions)
+    }
+
+
+def hamming(a: int, b: int) -> int:
+    """Bits that differ between two 64-bit hashes stored as signed integers."""
+    return bin((a ^ b) & 0xFFFFFFFFFFFFFFFF).count("1")
