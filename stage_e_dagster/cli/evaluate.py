@@ -52,7 +52,8 @@ def photo_table(results: list[PhotoResult]) -> Table:
     for column in ("file", "label", "read", "number", "set", "join key", "votes", "wrong"):
         grid.add_column(column, overflow="fold")
     for r in results:
-        grid.add_row(r.label.file, f"{r.label.set_code}/{r.label.number}", f"{r.read_set or '-'}/{r.read_number or '-'}",
+        read = f"{r.read_set or '-'}/{r.read_number or '-'}"
+        grid.add_row(r.label.file, f"{r.label.set_code}/{r.label.number}", read,
                      "right" if r.number_right else "wrong", "right" if r.set_right else "wrong",
                      r.outcome or "-", ", ".join(r.votes) or "-", str(r.wrong_votes))
     return grid

@@ -14,7 +14,6 @@ from itertools import product
 
 from ..catalog.collector_line import DIGIT_LOOKALIKES, LANG_CODES, RARITY_LETTERS, RARITY_NUMBER  # noqa: F401
 
-
 # How a parse got its collector number and its set code.
 NUMBER_SLASH = "slash"          # number over set size: "041/281"
 NUMBER_RARITY = "rarity"        # rarity letter then a 4-digit number: "C 0100"

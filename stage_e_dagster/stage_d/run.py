@@ -16,8 +16,8 @@ from typing import Callable, Iterator, Sequence
 import sqlalchemy as sa
 from sqlalchemy.orm import Session
 
-from ..catalog.models import Card, PrintingVote, ScanLog, StageDPass
 from ..catalog.evidence_facts import current_evidence
+from ..catalog.models import Card, PrintingVote, ScanLog, StageDPass
 from . import agents as A
 from .consensus import recompute_consensus
 from .decision import Decision

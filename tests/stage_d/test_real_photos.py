@@ -16,10 +16,14 @@ from pathlib import Path
 
 import pytest
 
-from stage_e_dagster.evaluation.photos import (
-    LABELS_FILE, evaluate_photo_folder, evaluate_photos, load_photo_labels, photo_totals,
-)
 from stage_e_dagster.evaluation.labels import LabelFileError
+from stage_e_dagster.evaluation.photos import (
+    LABELS_FILE,
+    evaluate_photo_folder,
+    evaluate_photos,
+    load_photo_labels,
+    photo_totals,
+)
 
 PHOTOS = Path(__file__).resolve().parents[2].parent / "shared" / "fixtures" / "real-photos"
 
