@@ -12,22 +12,22 @@ import re
 from dataclasses import dataclass
 from itertools import product
 
-from ..catalog.collector_line import DIGIT_LOOKALIKES, LANG_CODES, RARITY_LETTERS, RARITY_NUMBER  # noqa: F401
+from ..catalog.collector_line import (  # noqa: F401  (re-exported: the names' old home)
+    DIGIT_LOOKALIKES,
+    LANG_CODES,
+    NUMBER_FORMS,
+    NUMBER_RARITY,
+    NUMBER_SLASH,
+    RARITY_LETTERS,
+    RARITY_NUMBER,
+    SLASH_NUMBER,
+)
 
 # How a parse got its collector number and its set code.
-NUMBER_SLASH = "slash"          # number over set size: "041/281"
-NUMBER_RARITY = "rarity"        # rarity letter then a 4-digit number: "C 0100"
 NUMBER_BARE = "bare"            # a lone number on a line: weak, junk from the frame edge reads like this
 SET_CODE_DIRECT = "direct"      # the token as printed (a misread bullet peeled off) is the code
 SET_CODE_REPAIRED = "repaired"  # the code is known only after swapping look-alike glyphs
 
-# Letters that OCR glues onto the front of a number ("t74/274", "LLC68/244"): never digit look-alikes.
-_GLUED_LETTERS = "AC-HJ-NP-RT-Za-km-np-z"
-# Number over set size, e.g. "041/281"; OCR may split a digit group or read O/I/l/S/B for digits.
-_SLASH = re.compile(
-    rf"(?<![0-9A-Za-z])(?:[{_GLUED_LETTERS}]{{1,4}}(?=[0-9]))?[*\u2605]?"
-    r"((?:[0-9OoIlSB] ?){0,3}[0-9OoIlSB][a-z]?)\s*[/|\\]\s*([0-9OoIlSB]{1,4})"
-)
 _BARE_NUMBER = re.compile(r"(?<![0-9A-Za-z/])[*\u2605]?([0-9]{1,4}[a-z]?)(?![0-9/])")
 # A language code is a whole token ("FRF" and "DEN" are set codes), or glued to a bullet misread as e/o/a.
 _LANG = re.compile(
@@ -129,16 +129,17 @@ def parse_collector_lines(text: str, lexicon: frozenset[str] | None) -> Collecto
     """Collector number, set code and language from the collector block's text (any line order)."""
     number = number_source = None
     complete = True
-    match = _SLASH.search(text)
-    if match is not None:
-        number_source = NUMBER_SLASH
-    else:
-        match = RARITY_NUMBER.search(text)
-        complete = match is None or len(match.group(1).rstrip("abcdefghijklmnopqrstuvwxyz")) == 4
-        number_source = NUMBER_RARITY if match else None
-    if match:
-        number = match.group(1).replace(" ", "").translate(DIGIT_LOOKALIKES)
-    else:
+    match = None
+    for form in NUMBER_FORMS:  # the printed forms, in the order the layouts table gives
+        match = form.pattern.search(text)
+        if match is None:
+            continue
+        printed = match.group(form.number_group)
+        number = printed.replace(" ", "").translate(DIGIT_LOOKALIKES)
+        number_source = form.name
+        complete = form.digits is None or len(printed.rstrip("abcdefghijklmnopqrstuvwxyz")) == form.digits
+        break
+    if match is None:
         for line in text.splitlines():
             if _LANG.search(line) or _YEAR_MARKED.search(line):
                 continue
@@ -185,9 +186,9 @@ def copyright_line_number(text: str) -> str | None:
         marked = _YEAR_MARKED.search(line)
         if marked is None:
             continue
-        slash = _SLASH.search(line, marked.end())
+        slash = SLASH_NUMBER.search(line, marked.end())
         if slash:
-            return normalize_number(slash.group(1).replace(" ", "").translate(DIGIT_LOOKALIKES))
+            return normalize_number(slash.group(2).replace(" ", "").translate(DIGIT_LOOKALIKES))
     return None
 
 
