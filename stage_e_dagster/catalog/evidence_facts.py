@@ -26,12 +26,12 @@ MANIFEST_VERSIONS: MappingProxyType[str, str] = MappingProxyType(
         "geometry_bleed": "geometry-bleed-v2",
         "layout_class": "layout-class-v2",
         "crop_coordinates": "crop-coordinates-v2",
-        "collector_line_ocr": "collector-line-ocr-v3",  # v3: whole-token language codes, glued numbers
+        "collector_line_ocr": "collector-line-ocr-v4",  # v4: a flipped-polarity tier, the copyright-line number
         "collector_line_word_boxes": "collector-line-word-boxes-v2",
         "artist_ocr": "artist-ocr-v3",  # v3: credits in capitals
         "symbol_region": "symbol-region-v2",
         "art_phash": "art-phash-v2",
-        "legal_line": "legal-line-v3",  # v3: a year range gives its end
+        "legal_line": "legal-line-v4",  # v4: an unmarked year range gives its end too
         "quality_signals": "quality-signals-v2",
         "color_profile": "color-profile-v2",
     }

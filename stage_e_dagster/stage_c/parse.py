@@ -38,7 +38,7 @@ _YEAR_MARKED = re.compile(
     r"(?:\u00a9|\(c\)|\bc\)|copyright|&)\s*((?:19|20)\d{2})(?:\s*[-\u2013]\s*((?:19|20)\d{2}))?\b",
     re.IGNORECASE,
 )
-_YEAR_BARE = re.compile(r"(?<!\d)((?:19|20)\d{2})(?!\d)")
+_YEAR_BARE = re.compile(r"(?<!\d)((?:19|20)\d{2})(?:\s*[-\u2013]\s*((?:19|20)\d{2}))?(?!\d)")
 _PROXY = re.compile(r"not\s*for\s*sale|\bproxy\b|playtest|original\s+design", re.IGNORECASE)
 # Name words are capitalised ("Anna Adler") or, on newer frames, all capitals ("JOHN AVON"); one style per
 # name, and the words of the legal and proxy text never count as a name.
@@ -176,17 +176,23 @@ def parse_collector_lines(text: str, lexicon: frozenset[str] | None) -> Collecto
                           set_code_source=source if set_code else None)
 
 
+# Words of the copyright line: a line holding one is the legal line even when its mark is misread.
+_LEGAL_WORDS = re.compile(r"wizards|coast|\bllc\b|\u00a9|\(c\)", re.IGNORECASE)
+
+
 def copyright_line_number(text: str) -> str | None:
     """The number printed at the end of the copyright line (2008-2014 frames: "... Coast LLC 68/244").
 
     These frames centre the line, so the number sits right of the collector block: give this the
-    whole band's text, not only its left part.
+    whole band's text, not only its left part. The number is looked for after the line's year (or
+    after its start when OCR lost the copyright mark).
     """
     for line in text.splitlines():
         marked = _YEAR_MARKED.search(line)
-        if marked is None:
+        if marked is None and not _LEGAL_WORDS.search(line):
             continue
-        slash = SLASH_NUMBER.search(line, marked.end())
+        year = marked or _YEAR_BARE.search(line)
+        slash = SLASH_NUMBER.search(line, year.end() if year else 0)
         if slash:
             return normalize_number(slash.group(2).replace(" ", "").translate(DIGIT_LOOKALIKES))
     return None
@@ -246,5 +252,5 @@ def parse_legal(text: str) -> tuple[int | None, bool]:
     year = (marked.group(2) or marked.group(1)) if marked else None
     if year is None:
         bare = _YEAR_BARE.search(text)
-        year = bare.group(1) if bare else None
+        year = (bare.group(2) or bare.group(1)) if bare else None
     return (int(year) if year else None), bool(_PROXY.search(text))
