@@ -2,8 +2,9 @@
 
 Stage D reads evidence rows, never images, and never imports Stage C; the few rules both stages
 apply to the same rows live here, below both: the extractor manifest and what makes a row
-current, the Hamming distance between stored hashes, and the confidence bar below which a
-border reading may be of the background rather than the card.
+current, the Hamming distance between stored hashes, the confidence bar below which a border
+reading may be of the background rather than the card, and the localisation outcomes no reading
+may be trusted on.
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ MANIFEST_VERSIONS: MappingProxyType[str, str] = MappingProxyType(
         "fetch_health": "fetch-health-v1",
         # Localisation (issue 11): every image extractor below reads the card found in the upload,
         # so each was bumped when it stopped reading the raw upload.
-        "card_localisation": "card-localisation-v1",
+        "card_localisation": "card-localisation-v2",  # v2: several cards and graded slabs named
         "geometry_bleed": "geometry-bleed-v2",
         "layout_class": "layout-class-v2",
         "crop_coordinates": "crop-coordinates-v2",
@@ -40,6 +41,12 @@ MANIFEST_VERSIONS: MappingProxyType[str, str] = MappingProxyType(
 # Card localisation confidence below which a quad is not taken as the card: a border read below it
 # may be of the table, sleeve or top-loader, so Stage D must not veto on it.
 LAYOUT_CONFIDENCE_BAR = 0.5
+
+# Localisation outcomes of an upload that shows more than one card, or a card in a graded slab:
+# whatever card Stage C read there, Stage D must abstain (stored as ``localisation_method``).
+SEVERAL_CARDS = "several-cards"
+GRADED_SLAB = "graded-slab"
+CROWDED_LOCALISATIONS = frozenset({SEVERAL_CARDS, GRADED_SLAB})
 
 
 def stale_extractors(stored: dict[str, str] | None) -> list[str]:

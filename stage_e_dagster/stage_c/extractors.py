@@ -10,6 +10,7 @@ from typing import Any, Callable
 import numpy as np
 from PIL import Image, ImageStat
 
+from ..catalog.evidence_facts import GRADED_SLAB, SEVERAL_CARDS
 from .geometry import BleedClass, all_boxes, box_px, classify_bleed, trim_box
 from .hashing import phash_int
 from .localise import Localised, localise_card
@@ -93,11 +94,13 @@ class ImageContext:
 
 
 def card_localisation(ctx: ImageContext) -> Outcome:
-    """Where the card was found; a fallback (no card found, the whole upload used) is a named skip."""
+    """Where the card was found; a fallback (no card found, the whole upload used), several cards or a
+    graded slab is a named skip."""
     if ctx.localisation is None:
         return {}, "not-localised"
     localised = ctx.localisation
-    return localised.evidence(), "no-card-found" if localised.method == "fallback" else None
+    skip = {"fallback": "no-card-found", SEVERAL_CARDS: SEVERAL_CARDS, GRADED_SLAB: GRADED_SLAB}
+    return localised.evidence(), skip.get(localised.method)
 
 
 def geometry_bleed(ctx: ImageContext) -> Outcome:

@@ -20,6 +20,8 @@ OUTCOME_TO_REVIEW = "to-review"
 # Abstention reasons (scan-log ``reason`` values).
 UNREADABLE_IMAGE = "unreadable-image"      # terminal evidence: the fetch failed or the image did not decode
 TRUNCATED_IMAGE = "truncated-image"
+SEVERAL_CARDS = "several-cards"            # the upload shows more than one card: no reading is this card's
+GRADED_SLAB = "graded-slab"                # the card is in a graded slab: the label, not the card, may be read
 NO_CANDIDATES = "no-candidates"            # the card's name matches no printing in the catalogue
 LOW_DPI = "low-dpi"                        # below 200 dpi the collector line is not trusted
 NO_TEXT = "no-text"                        # no collector number was read
@@ -51,6 +53,6 @@ JOIN_KEY_UNPLACED = frozenset(
         UNKNOWN_SET_CODE, NUMBER_NOT_IN_SET, NO_SET_CODE_NO_MATCH, BORDER_MISMATCH,
         FRAME_MISMATCH, COPYRIGHT_YEAR_MISMATCH, TRUNCATED_IMAGE, UNREADABLE_IMAGE,
         WEAK_READING, SET_CODE_REPAIRED, SET_CODE_UNCONFIRMED, SET_NOT_COMPLETE,
-        UNCONFIRMED_READING, REPAIR_UNCONFIRMED, TOTAL_MISMATCH,
+        UNCONFIRMED_READING, REPAIR_UNCONFIRMED, TOTAL_MISMATCH, SEVERAL_CARDS, GRADED_SLAB,
     }
 )

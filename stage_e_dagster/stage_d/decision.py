@@ -6,7 +6,7 @@ from dataclasses import dataclass, field
 from difflib import SequenceMatcher
 from typing import Any, Sequence
 
-from ..catalog.evidence_facts import LAYOUT_CONFIDENCE_BAR
+from ..catalog.evidence_facts import GRADED_SLAB, LAYOUT_CONFIDENCE_BAR, SEVERAL_CARDS
 from . import agents as A
 from .agents import OUTCOME_NO_MATCH, OUTCOME_VOTE
 
@@ -78,6 +78,10 @@ def unusable_evidence(evidence: Any, candidates: Sequence[Any]) -> Decision | No
         return abstain(A.UNREADABLE_IMAGE)
     if evidence.is_truncated:
         return abstain(A.TRUNCATED_IMAGE)
+    crowded = {SEVERAL_CARDS: A.SEVERAL_CARDS, GRADED_SLAB: A.GRADED_SLAB}.get(
+        getattr(evidence, "localisation_method", None) or "")
+    if crowded is not None:
+        return abstain(crowded)
     if not candidates:
         return abstain(A.NO_CANDIDATES)
     return None
