@@ -25,7 +25,7 @@ MANIFEST_VERSIONS: MappingProxyType[str, str] = MappingProxyType(
         # so each was bumped when it stopped reading the raw upload.
         "card_localisation": "card-localisation-v2",  # v2: several cards and graded slabs named
         "geometry_bleed": "geometry-bleed-v2",
-        "layout_class": "layout-class-v2",
+        "layout_class": "layout-class-v3",  # v3: the confidence is the reading's own agreement too
         "crop_coordinates": "crop-coordinates-v2",
         "collector_line_ocr": "collector-line-ocr-v4",  # v4: a flipped-polarity tier, the copyright-line number
         "collector_line_word_boxes": "collector-line-word-boxes-v2",

@@ -142,9 +142,34 @@ def _edge_bands(image: Image.Image, bleed_class: BleedClass | None) -> list[np.n
             for side in range(4)]
 
 
-def classify_border(image: Image.Image, bleed_class: BleedClass | None = None) -> str | None:
+# A busy border band is what art reaching the edge looks like, and also what a sliver of table,
+# stack or sleeve inside a loose quad looks like: a borderless reading counts for this much less,
+# so it reaches the veto bar only with all four sides busy on a quad found with confidence >= 0.91.
+BORDERLESS_WEIGHT = 0.55
+# How much a majority of the four sides supports the colour: two sides (the other two each read
+# something else), three, or all four. One spoilt side is common (a shadow, glare), two less so.
+SIDE_AGREEMENT = {2: 0.75, 3: 0.9, 4: 1.0}
+
+
+@dataclass(frozen=True)
+class BorderReading:
+    colour: str | None
+    sides_agreeing: int   # of the four sides, how many read ``colour``
+
+    @property
+    def agreement(self) -> float:
+        """How much the reading itself supports the colour (0-1): by how many sides agree
+        (SIDE_AGREEMENT), less for a borderless reading (BORDERLESS_WEIGHT)."""
+        if self.colour is None:
+            return 0.0
+        weight = BORDERLESS_WEIGHT if self.colour == "borderless" else 1.0
+        return SIDE_AGREEMENT.get(self.sides_agreeing, 0.0) * weight
+
+
+def read_border(image: Image.Image, bleed_class: BleedClass | None = None) -> BorderReading:
     """Border colour of the card ``image`` (the localised card, not the upload) from four bands just
-    inside its trimmed edges: black, white, silver, borderless, or None when unclear."""
+    inside its trimmed edges (black, white, silver, borderless, or None when unclear), and how many
+    of the four sides agree."""
     # A photo's white balance and light vary: brightness is taken relative to the card's own
     # highlights (its 95th percentile), so a shaded white border is still white, not silver.
     gray = np.asarray(image.convert("L"), dtype=np.float32)
@@ -156,9 +181,14 @@ def classify_border(image: Image.Image, bleed_class: BleedClass | None = None) -
     counts = {label: labels.count(label) for label in set(labels)}
     ranked = sorted(counts.values(), reverse=True)
     top = max(counts, key=counts.__getitem__)
-    if ranked[0] < 2 or (len(ranked) > 1 and ranked[1] == ranked[0]):
-        return None
-    return top
+    if top is None or ranked[0] < 2 or (len(ranked) > 1 and ranked[1] == ranked[0]):
+        return BorderReading(None, 0)
+    return BorderReading(top, counts[top])
+
+
+def classify_border(image: Image.Image, bleed_class: BleedClass | None = None) -> str | None:
+    """The border colour alone (see :func:`read_border`)."""
+    return read_border(image, bleed_class).colour
 
 
 def _band_colour(band: np.ndarray) -> str | None:
@@ -178,11 +208,14 @@ def _band_colour(band: np.ndarray) -> str | None:
 
 
 def layout_class(ctx: ImageContext) -> Outcome:
-    """The border read on the card; ``layout_confidence`` is the localisation's, so a reading taken
-    where no card was found (below ``LAYOUT_CONFIDENCE_BAR``) is kept but must not veto a match."""
-    border = classify_border(ctx.image, ctx.bleed_class)
-    fields = {"layout_class": border, "layout_confidence": round(ctx.localisation_confidence, 3) if border else None}
-    return fields, None if border else "ambiguous"
+    """The border read on the card's own edge; ``layout_confidence`` is the localisation's times the
+    reading's own agreement (sides that agree, less for borderless), so a reading taken where no card
+    was found, or where the sides disagree, stays below ``LAYOUT_CONFIDENCE_BAR``: kept, but it must
+    not veto a match."""
+    border = read_border(ctx.image, ctx.bleed_class)
+    confidence = round(ctx.localisation_confidence * border.agreement, 3) if border.colour else None
+    fields = {"layout_class": border.colour, "layout_confidence": confidence}
+    return fields, None if border.colour else "ambiguous"
 
 
 def crop_coordinates(ctx: ImageContext) -> Outcome:

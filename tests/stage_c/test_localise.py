@@ -130,7 +130,10 @@ def test_card_is_found_and_read_through_the_real_stage_c_path(kind: str, tilt: f
     assert result.fields["collector_number"] == p.collector_number
     assert result.fields["collector_set_code"] == p.set_code.lower()
     assert result.fields["layout_class"] == p.border_color
-    assert result.fields["layout_confidence"] >= CONFIDENCE_BAR
+    # A borderless reading (busy bands: art at the edge, or a sliver of background) weighs 0.55 of a
+    # coloured one (issue 20, item 3): on this quad it is kept, below the veto bar.
+    floor = CONFIDENCE_BAR * (0.55 * 0.9 if p.border_color == "borderless" else 1.0)
+    assert result.fields["layout_confidence"] >= floor
     assert (result.fields["width"], result.fields["height"]) == photo.size  # geometry describes the source
 
 
