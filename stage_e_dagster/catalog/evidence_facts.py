@@ -35,6 +35,7 @@ MANIFEST_VERSIONS: MappingProxyType[str, str] = MappingProxyType(
         "legal_line": "legal-line-v4",  # v4: an unmarked year range gives its end too
         "quality_signals": "quality-signals-v2",
         "color_profile": "color-profile-v2",
+        "title_ocr": "title-ocr-v1",  # issue 20: the name on the title bar
     }
 )
 

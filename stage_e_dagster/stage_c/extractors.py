@@ -14,7 +14,7 @@ from ..catalog.evidence_facts import GRADED_SLAB, SEVERAL_CARDS
 from .geometry import BleedClass, all_boxes, box_px, classify_bleed, trim_box
 from .hashing import phash_int
 from .localise import Localised, localise_card
-from .ocr import BottomLinesRead, read_bottom_lines
+from .ocr import BottomLinesRead, read_bottom_lines, read_title
 
 # Which evidence columns each extractor owns; a recompute of one key rewrites only these.
 FIELDS_BY_KEY: dict[str, tuple[str, ...]] = {
@@ -34,6 +34,7 @@ FIELDS_BY_KEY: dict[str, tuple[str, ...]] = {
     "legal_line": ("legal_raw_text", "copyright_year", "proxy_marker"),
     "quality_signals": ("is_truncated", "blur_variance", "entropy"),
     "color_profile": ("color_mean_rgb", "color_stddev_rgb"),
+    "title_ocr": ("title_text", "title_confidence"),
 }
 
 Outcome = tuple[dict[str, Any], str | None]
@@ -292,6 +293,13 @@ def color_profile(ctx: ImageContext) -> Outcome:
             "color_stddev_rgb": [round(v, 3) for v in stat.stddev]}, None
 
 
+def title_ocr(ctx: ImageContext) -> Outcome:
+    """The name on the card's title bar (only confidently read words), for Stage D to compare with
+    the name the upload carries."""
+    read = read_title(ctx.image.crop(ctx.box("title")))
+    return {"title_text": read.text or None, "title_confidence": read.confidence}, None if read.text else "no-text"
+
+
 # Image extractors in manifest order; fetch_health is filled from the fetch itself.
 IMAGE_EXTRACTORS: dict[str, Callable[[ImageContext], Outcome]] = {
     "card_localisation": card_localisation,
@@ -306,12 +314,13 @@ IMAGE_EXTRACTORS: dict[str, Callable[[ImageContext], Outcome]] = {
     "legal_line": legal_line,
     "quality_signals": quality_signals,
     "color_profile": color_profile,
+    "title_ocr": title_ocr,
 }
 
 # Extractor groups the benchmark reports separately.
 EXTRACTOR_GROUPS: dict[str, tuple[str, ...]] = {
     "geometry": ("card_localisation", "geometry_bleed", "layout_class", "crop_coordinates"),
-    "ocr": ("collector_line_ocr", "collector_line_word_boxes", "artist_ocr", "legal_line"),
+    "ocr": ("collector_line_ocr", "collector_line_word_boxes", "artist_ocr", "legal_line", "title_ocr"),
     "hashes": ("symbol_region", "art_phash"),
     "signals": ("quality_signals", "color_profile"),
 }

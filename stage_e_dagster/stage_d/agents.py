@@ -38,6 +38,7 @@ WEAK_READING = "weak-reading"              # a bare number beside no set code re
 UNCONFIRMED_READING = "unconfirmed-reading"  # no set code, and no printed total that names the number's set
 REPAIR_UNCONFIRMED = "repair-unconfirmed"    # a look-alike repair of the number the catalogue does not hold
 TOTAL_MISMATCH = "total-mismatch"            # the printed total is not the read set's printed size
+NAME_DISAGREES = "name-disagrees"            # the title bar, read with confidence, names another card
 # A no-match vote needs a set code read as printed, confirmed, in a set the catalogue holds whole.
 SET_CODE_REPAIRED = "set-code-repaired"        # the code is known only after a look-alike repair
 SET_CODE_UNCONFIRMED = "set-code-unconfirmed"  # read as printed, but once and without a strong confidence
@@ -53,6 +54,6 @@ JOIN_KEY_UNPLACED = frozenset(
         UNKNOWN_SET_CODE, NUMBER_NOT_IN_SET, NO_SET_CODE_NO_MATCH, BORDER_MISMATCH,
         FRAME_MISMATCH, COPYRIGHT_YEAR_MISMATCH, TRUNCATED_IMAGE, UNREADABLE_IMAGE,
         WEAK_READING, SET_CODE_REPAIRED, SET_CODE_UNCONFIRMED, SET_NOT_COMPLETE,
-        UNCONFIRMED_READING, REPAIR_UNCONFIRMED, TOTAL_MISMATCH, SEVERAL_CARDS, GRADED_SLAB,
+        UNCONFIRMED_READING, REPAIR_UNCONFIRMED, TOTAL_MISMATCH, SEVERAL_CARDS, GRADED_SLAB, NAME_DISAGREES,
     }
 )

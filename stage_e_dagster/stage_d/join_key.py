@@ -29,6 +29,7 @@ from .decision import (
     confident_border,
     no_match,
     read_set_code,
+    title_agreement,
     unusable_evidence,
     vote,
 )
@@ -44,16 +45,19 @@ CONFIDENCE_SET_AND_NUMBER = 0.85
 CONFIDENCE_NUMBER_AND_TOTAL = 0.8
 CONFIDENCE_NUMBER_ONLY = 0.75      # kept for the fallback's readings; the join key no longer votes on it
 CONFIDENCE_REPAIRED = 0.7
+CONFIDENCE_TITLE_BONUS = 0.05      # the title bar reads the upload's name
+CONFIDENCE_TITLE_CAP = 0.9
 CONFIDENCE_ARTIST_DISAGREES = 0.65
 CONFIDENCE_NO_MATCH = 0.6
 
 
 def decide_join_key(
     evidence: Any, candidates: Sequence[PrintingFacts], lexicon: frozenset[str], dpi: int | None = None,
-    complete_sets: frozenset[str] = frozenset(),
+    complete_sets: frozenset[str] = frozenset(), name: str | None = None,
 ) -> Decision:
     """Decide one card. ``evidence`` is its current ImageEvidence (or anything with the same fields);
-    ``complete_sets`` are the set codes whose every printing the catalogue holds (no-match needs one)."""
+    ``complete_sets`` are the set codes whose every printing the catalogue holds (no-match needs one);
+    ``name`` is the name the upload carries, compared with the title bar Stage C read."""
     unusable = unusable_evidence(evidence, candidates)
     if unusable is not None:
         return unusable
@@ -138,6 +142,15 @@ def decide_join_key(
     ratio = artist_ratio(evidence.artist_name, printing.artist)
     if ratio is not None and ratio < ARTIST_MATCH_RATIO:
         confidence = CONFIDENCE_ARTIST_DISAGREES
+    # The title bar: the upload's name, or the printing's own printed name (another language).
+    agrees, similarity = title_agreement(getattr(evidence, "title_text", None),
+                                         [n for n in (name, printing.printed_name) if n])
+    if agrees is False:
+        return abstain(A.NAME_DISAGREES, printing_id=printing.id, title=evidence.title_text, similarity=similarity,
+                       **read)
+    if agrees:
+        confidence = min(CONFIDENCE_TITLE_CAP, round(confidence + CONFIDENCE_TITLE_BONUS, 3))
+        read = {**read, "title_agrees": similarity}
     return vote(printing.id, confidence, **read)
 
 

@@ -137,7 +137,7 @@ def _run_chunk(engine: sa.Engine, ids: list[int], run_id: str, index: NameIndex)
         complete = complete_set_codes(session, {ev.collector_set_code for ev in evidence.values()
                                                 if ev.collector_set_code})
         decisions = {
-            c.id: decide_join_key(evidence[c.id], candidates[c.id], index.lexicon, c.dpi, complete)
+            c.id: decide_join_key(evidence[c.id], candidates[c.id], index.lexicon, c.dpi, complete, c.name)
             for c in work if (c.id, A.JOIN_KEY_AGENT) not in seen
         }
         written, logged = persist(A.JOIN_KEY_AGENT, decisions)

@@ -97,3 +97,10 @@ def test_old_frames_print_no_number(border: str) -> None:
     fields = read(with_bottom_lines(face(border), lines, border, centred=True))
     assert fields["collector_number"] is None and fields["collector_set_code"] is None
     assert fields["artist_name"] == "Anson Maddocks"
+
+
+def test_the_title_bar_is_read_as_the_card_s_name() -> None:
+    """Issue 20, item 5: Stage C reads the name on the title bar (Stage D compares it with the upload's)."""
+    fields = read(face())
+    assert fields["title_text"] == "Broodhunter Wurm"
+    assert fields["title_confidence"] >= 70

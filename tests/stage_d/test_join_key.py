@@ -200,3 +200,34 @@ def test_a_stray_year_is_no_veto() -> None:
     assert decide_join_key(stray, [DMU_41], LEXICON).kind == "vote"
     ranged = ev(copyright_year=2012, legal_raw_text="TM & \u00a9 1993-2012 Wizards of the Coast LLC")
     assert decide_join_key(ranged, [pf(8, "dmu", "41", released=date(2012, 5, 4))], LEXICON).kind == "vote"
+
+
+# Issue 20, item 5: the title bar's name against the name the upload carries.
+
+def test_a_title_that_reads_the_upload_s_name_raises_confidence() -> None:
+    d = decide_join_key(ev(title_text="Broodhunter Wurm"), [DMU_41], LEXICON, name="Broodhunter Wurm")
+    assert (d.kind, d.confidence, d.detail["title_agrees"]) == ("vote", 0.9, 1.0)
+    start = decide_join_key(ev(title_text="Krosan TuskeF"), [DMU_41], LEXICON, name="Krosan Tusker")
+    assert start.confidence == 0.9
+    other_face = decide_join_key(ev(title_text="Insectile Aberration"), [DMU_41], LEXICON,
+                                 name="Delver of Secrets // Insectile Aberration")
+    assert other_face.confidence == 0.9
+
+
+def test_a_title_that_names_another_card_blocks_the_vote() -> None:
+    d = decide_join_key(ev(title_text="Lightning Shrieker"), [DMU_41], LEXICON, name="Broodhunter Wurm")
+    assert (d.kind, d.reason, d.detail["title"]) == ("abstain", A.NAME_DISAGREES, "Lightning Shrieker")
+
+
+def test_a_title_in_the_printing_s_language_agrees() -> None:
+    german = PrintingFacts(1, "dmu", "41", "de", "Ann Artist", "black", "2015", date(2022, 9, 9), None, 281,
+                           "Brutjäger-Wurm")
+    d = decide_join_key(ev(title_text="Brutjäger-Wurm", collector_language="de"), [german], LEXICON,
+                        name="Broodhunter Wurm")
+    assert (d.kind, d.confidence) == ("vote", 0.9)
+
+
+def test_a_title_too_short_or_unread_says_nothing() -> None:
+    for title in (None, "", "—", "Rats"):
+        d = decide_join_key(ev(title_text=title), [DMU_41], LEXICON, name="Broodhunter Wurm")
+        assert (d.kind, d.confidence) == ("vote", 0.85), title
