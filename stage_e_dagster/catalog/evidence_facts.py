@@ -27,7 +27,7 @@ MANIFEST_VERSIONS: MappingProxyType[str, str] = MappingProxyType(
         "geometry_bleed": "geometry-bleed-v2",
         "layout_class": "layout-class-v3",  # v3: the confidence is the reading's own agreement too
         "crop_coordinates": "crop-coordinates-v2",
-        "collector_line_ocr": "collector-line-ocr-v4",  # v4: a flipped-polarity tier, the copyright-line number
+        "collector_line_ocr": "collector-line-ocr-v4",  # v4: a flipped-polarity tier, the copyright-line number, strips
         "collector_line_word_boxes": "collector-line-word-boxes-v2",
         "artist_ocr": "artist-ocr-v3",  # v3: credits in capitals
         "symbol_region": "symbol-region-v2",

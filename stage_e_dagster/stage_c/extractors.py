@@ -40,6 +40,12 @@ FIELDS_BY_KEY: dict[str, tuple[str, ...]] = {
 Outcome = tuple[dict[str, Any], str | None]
 
 
+# An upload at least this much wider than high, with no card found in it, is a crop of the bottom
+# lines (cards are 0.72 or, turned, 1.4); such a band is this fraction of the card face's height.
+TEXT_STRIP_ASPECT = 1.8
+TEXT_STRIP_BAND_FRACTION = 0.08
+
+
 @dataclass
 class ImageContext:
     """The localised card of one upload and what several extractors share, computed at most once.
@@ -88,9 +94,21 @@ class ImageContext:
     def ocr_attempts(self) -> int:
         return self._read.attempts if self._read is not None else 0
 
+    @property
+    def text_only(self) -> bool:
+        """No card was found and the image is a wide strip: a crop of the bottom lines alone, not a card."""
+        width, height = self.size
+        return (self.localisation is not None and self.localisation.method == "fallback"
+                and width >= TEXT_STRIP_ASPECT * height)
+
     def bottom_lines(self) -> BottomLinesRead:
         if self._read is None:
-            self._read = read_bottom_lines(self.image.crop(self.box("bottom_lines")), self.face_height, self.lexicon)
+            if self.text_only:
+                # The whole strip is the band; the face it came from was about 1/BAND_FRACTION its height.
+                band, face_height = self.image, max(1, round(self.size[1] / TEXT_STRIP_BAND_FRACTION))
+            else:
+                band, face_height = self.image.crop(self.box("bottom_lines")), self.face_height
+            self._read = read_bottom_lines(band, face_height, self.lexicon)
         return self._read
 
 

@@ -104,3 +104,18 @@ def test_the_title_bar_is_read_as_the_card_s_name() -> None:
     fields = read(face())
     assert fields["title_text"] == "Broodhunter Wurm"
     assert fields["title_confidence"] >= 70
+
+
+@pytest.mark.parametrize("px", [10, 14, 20])
+def test_a_small_text_only_crop_of_the_collector_line_is_read(px: int) -> None:
+    """Issue 20: a crop of the collector block alone (no card to find in it) gave no text: the
+    bottom-band box of a card cut its last sliver. A wide strip with no card is read whole, upscaled
+    as the band of a card about 12 times its height."""
+    font = _font(px)
+    strip = Image.new("RGB", (px * 6, round(px * 3.2)), (20, 20, 20))
+    draw = ImageDraw.Draw(strip)
+    for row, text in enumerate(["174/274 C", "BFZ - EN"]):
+        draw.text((px * 0.4, px * 0.3 + row * px * 1.4), text, font=font, fill=(240, 240, 240))
+    fields = read(strip)
+    assert fields["localisation_method"] == "fallback"
+    assert (fields["collector_number"], fields["collector_set_code"]) == ("174", "bfz")
