@@ -23,7 +23,7 @@ MANIFEST_VERSIONS: MappingProxyType[str, str] = MappingProxyType(
         "fetch_health": "fetch-health-v1",
         # Localisation (issue 11): every image extractor below reads the card found in the upload,
         # so each was bumped when it stopped reading the raw upload.
-        "card_localisation": "card-localisation-v2",  # v2: several cards and graded slabs named
+        "card_localisation": "card-localisation-v2",  # v2: several cards and slabs named; 180 turn by text
         "geometry_bleed": "geometry-bleed-v2",
         "layout_class": "layout-class-v3",  # v3: the confidence is the reading's own agreement too
         "crop_coordinates": "crop-coordinates-v2",

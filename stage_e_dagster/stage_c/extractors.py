@@ -4,7 +4,7 @@ keeps pixels."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Callable
 
 import numpy as np
@@ -40,6 +40,18 @@ FIELDS_BY_KEY: dict[str, tuple[str, ...]] = {
 Outcome = tuple[dict[str, Any], str | None]
 
 
+# Tiers of the bottom-band read tried on a card turned over, when upright it read no text at all.
+UPRIGHT_PROBE_TIERS = 2
+
+
+def _reads_text(read: BottomLinesRead, strict: bool = False) -> bool:
+    """The bottom band read as a card's: a collector number (not a bare one, when ``strict``), an
+    ``Illus.`` credit or a copyright year."""
+    parse = read.collector
+    number = parse.collector_number is not None and not (strict and parse.number_is_weak)
+    return number or read.illus_anchor or (read.copyright_year is not None and not strict)
+
+
 # An upload at least this much wider than high, with no card found in it, is a crop of the bottom
 # lines (cards are 0.72 or, turned, 1.4); such a band is this fraction of the card face's height.
 TEXT_STRIP_ASPECT = 1.8
@@ -62,7 +74,28 @@ class ImageContext:
     @classmethod
     def from_upload(cls, upload: Image.Image, lexicon: frozenset[str] | None) -> ImageContext:
         localised = localise_card(upload)
-        return cls(localised.card, lexicon, localised)
+        ctx = cls(localised.card, lexicon, localised)
+        return ctx.upright_by_text() if localised.method == "contour" else ctx
+
+    def upright_by_text(self) -> ImageContext:
+        """Upright or turned 180 degrees, decided by the text lines as well as the rules panel.
+
+        The localiser turns a card by where its light rules panel is; pale art over a dark panel
+        fools it. When the bottom band reads no text at all, the band of the card turned over is
+        read (two tiers); if that one reads a collector line or an ``Illus.`` credit, the card was
+        upside down and is turned, before any extractor records anything.
+        """
+        if _reads_text(self.bottom_lines()):
+            return self
+        assert self.localisation is not None
+        turned_card = self.image.rotate(180)
+        q = self.localisation.quad
+        turned = ImageContext(turned_card, self.lexicon, replace(
+            self.localisation, card=turned_card, quad=(q[2], q[3], q[0], q[1]),
+            rotation=(self.localisation.rotation + 180) % 360))
+        probe = read_bottom_lines(turned_card.crop(turned.box("bottom_lines")), turned.face_height, self.lexicon,
+                                  max_attempts=UPRIGHT_PROBE_TIERS)
+        return turned if _reads_text(probe, strict=True) else self
 
     @property
     def size(self) -> tuple[int, int]:
