@@ -62,6 +62,9 @@ def test_layouts_numbers_and_languages(engine: sa.Engine) -> None:
         # Scryfall's card count is kept (the fixture holds a few cards of each set, so none is complete).
         counts = dict(conn.execute(sa.select(Expansion.code, Expansion.card_count)).all())
         assert (counts["lea"], counts["isd"], counts["neo"]) == (4, 5, 3)
+        # And the total printed after the number, where the set prints one (Stage D confirms by it).
+        sizes = dict(conn.execute(sa.select(Expansion.code, Expansion.printed_size)).all())
+        assert (sizes["isd"], sizes["neo"], sizes["lea"]) == (264, 302, None)
 
 
 def test_importing_twice_adds_nothing(engine: sa.Engine) -> None:
