@@ -35,5 +35,3 @@ def art_crop(image: Image.Image) -> Image.Image:
 def art_phash(image: Image.Image) -> int:
     """Perceptual hash of the art box of a full card image."""
     return phash_int(art_crop(image))
-
-
