@@ -125,6 +125,18 @@ def _set_code_before(text: str, lang_start: int) -> str | None:
     return _code_token(text[:lang_start])
 
 
+def _glued_code_and_language(line: str, lexicon: frozenset[str]) -> tuple[str, str] | None:
+    """``SET • LANG`` read as one token, the bullet misread as a letter ("BFZBEN", "DMUREN"): the set
+    code (as printed, known to the lexicon) and the language, from the line's first token."""
+    first = re.match(r"\s*([A-Za-z0-9]+)", line)
+    token = first.group(1) if first else ""
+    for lang in LANG_CODES:
+        code = token[:-len(lang) - 1]
+        if token.endswith(lang) and 2 <= len(code) <= 5 and code.upper() == code and code.lower() in lexicon:
+            return code.lower(), lang.lower()
+    return None
+
+
 def parse_collector_lines(text: str, lexicon: frozenset[str] | None) -> CollectorParse:
     """Collector number, set code and language from the collector block's text (any line order)."""
     number = number_source = None
@@ -170,6 +182,10 @@ def parse_collector_lines(text: str, lexicon: frozenset[str] | None) -> Collecto
             raw = _code_token(first.group(1))
             if raw is not None and raw.lower() in lexicon:
                 set_code, known, source = raw.lower(), True, SET_CODE_DIRECT
+                break
+            glued = _glued_code_and_language(line, lexicon)
+            if glued is not None:
+                (set_code, language), known, source = glued, True, SET_CODE_DIRECT
                 break
     return CollectorParse(normalize_number(number) if number else None, set_code, language, known, complete,
                           number_source=number_source if number else None,
