@@ -42,6 +42,8 @@ Outcome = tuple[dict[str, Any], str | None]
 
 # Tiers of the bottom-band read tried on a card turned over, when upright it read no text at all.
 UPRIGHT_PROBE_TIERS = 2
+# Extractors whose values do not depend on which way up the card is (a 180 turn keeps its edges).
+ORIENTATION_FREE = frozenset({"fetch_health", "geometry_bleed", "layout_class", "quality_signals", "color_profile"})
 
 
 def _reads_text(read: BottomLinesRead, strict: bool = False) -> bool:
@@ -72,10 +74,13 @@ class ImageContext:
     _read: BottomLinesRead | None = field(default=None, repr=False)
 
     @classmethod
-    def from_upload(cls, upload: Image.Image, lexicon: frozenset[str] | None) -> ImageContext:
+    def from_upload(cls, upload: Image.Image, lexicon: frozenset[str] | None, *,
+                    orient_by_text: bool = True) -> ImageContext:
+        """The card found in ``upload``; ``orient_by_text`` False skips the text check of the 180 turn
+        (a recompute of extractors that do not depend on which way up the card is)."""
         localised = localise_card(upload)
         ctx = cls(localised.card, lexicon, localised)
-        return ctx.upright_by_text() if localised.method == "contour" else ctx
+        return ctx.upright_by_text() if orient_by_text and localised.method == "contour" else ctx
 
     def upright_by_text(self) -> ImageContext:
         """Upright or turned 180 degrees, decided by the text lines as well as the rules panel.
