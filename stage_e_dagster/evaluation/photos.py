@@ -118,7 +118,6 @@ def _inferred_frame(label: PhotoLabel) -> str:
 
 def build_photo_catalogue(engine: sa.Engine, labels: list[PhotoLabel]) -> dict[str, int]:
     """True printings for the photos plus decoys; returns file name -> true printing id."""
-    truth: dict[str, int] = {}
     with Session(engine) as session, session.begin():
         sets: dict[str, Expansion] = {}
 
@@ -155,8 +154,7 @@ def build_photo_catalogue(engine: sa.Engine, labels: list[PhotoLabel]) -> dict[s
                 printing(f"Neighbour of {lb.name}", exp, str(int(lb.number) + 1), frame=frame,
                          released_at=lb.released)
         session.flush()
-        truth = {file: p.id for file, p in true_printings.items()}
-    return truth
+        return {file: p.id for file, p in true_printings.items()}
 
 
 def evaluate_photo_folder(folder: Path, labels_path: Path | None = None, *,

@@ -98,6 +98,14 @@ def decide_join_key(
         elif set_code is None and hits:
             # The number alone matched: nothing in the catalogue confirms it is this printing's.
             return abstain(A.UNCONFIRMED_READING, total=reading.printed_total, **read)
+    elif not hits and set_code in lexicon:
+        # A known set without the number as read: its look-alike repair may be in that set.
+        in_set = [(r, found) for r in reading.repairs if r.number != number
+                  for found in [at_collector_line(candidates, r.number, set_code)] if found]
+        if len(in_set) == 1:
+            (repair, hits), = in_set
+            confirmed_by = "look-alike-repair"
+            read = {**read, "number": repair.number, "read_as": repair.printed}
     read = {**read, "confirmed_by": confirmed_by} if confirmed_by else read
     lang = (evidence.collector_language or "").strip().lower() or None
     if hits and lang:

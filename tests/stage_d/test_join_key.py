@@ -231,3 +231,13 @@ def test_a_title_too_short_or_unread_says_nothing() -> None:
     for title in (None, "", "—", "Rats"):
         d = decide_join_key(ev(title_text=title), [DMU_41], LEXICON, name="Broodhunter Wurm")
         assert (d.kind, d.confidence) == ("vote", 0.85), title
+
+
+def test_look_alike_repair_inside_the_read_set() -> None:
+    # "t74/274" beside "DMU • EN": dmu has no 74 for the name, but has 174.
+    glued = ev(collector_number="74", collector_line_raw_text="t74/274 C\nDMU \u2022 EN")
+    d = decide_join_key(glued, [pf(7, "dmu", "174", printed_size=274), pf(8, "fdn", "74")], LEXICON)
+    assert (d.kind, d.printing_id, d.detail["read_as"], d.detail["confirmed_by"]) == \
+        ("vote", 7, "t74", "look-alike-repair")
+    # Without 174 in dmu the repair is refused: the number is simply not in the read set.
+    assert decide_join_key(glued, [pf(7, "dmu", "175"), pf(8, "fdn", "74")], LEXICON).reason == A.NUMBER_NOT_IN_SET
