@@ -295,7 +295,8 @@ def _date(value: Any) -> date | None:
 def _set_row(obj: dict[str, Any]) -> dict[str, Any]:
     return {"code": str(obj["code"]).lower(), "name": str(obj.get("name") or obj["code"])[:200],
             "released_at": _date(obj.get("released_at")), "scryfall_id": obj.get("id"),
-            "card_count": obj["card_count"] if isinstance(obj.get("card_count"), int) else None}
+            "card_count": obj["card_count"] if isinstance(obj.get("card_count"), int) else None,
+            "printed_size": obj["printed_size"] if isinstance(obj.get("printed_size"), int) else None}
 
 
 def _printing_row(obj: Any, report: ImportReport) -> dict[str, Any] | None:
@@ -380,7 +381,7 @@ def _upsert_expansions(session: Session, sets: list[dict[str, Any]]) -> int:
         sid = s["scryfall_id"] if s["scryfall_id"] not in taken_ids else None
         if exp is None:
             session.add(Expansion(code=code, name=s["name"], released_at=s["released_at"], scryfall_id=sid,
-                                  card_count=s.get("card_count")))
+                                  card_count=s.get("card_count"), printed_size=s.get("printed_size")))
             inserted += 1
             if sid:
                 taken_ids.add(sid)
@@ -392,6 +393,8 @@ def _upsert_expansions(session: Session, sets: list[dict[str, Any]]) -> int:
                 exp.released_at = s["released_at"]
             if s.get("card_count") is not None:  # a set still being released grows: the newest count wins
                 exp.card_count = s["card_count"]
+            if s.get("printed_size") is not None:
+                exp.printed_size = s["printed_size"]
     session.flush()
     return inserted
 

@@ -1,6 +1,8 @@
 """``stage-e evaluate LABELS``: how stored evidence and votes compare with a ground-truth label file.
 
 Each stage contributes one section through :data:`EVALUATORS`; adding a stage is one entry.
+``stage-e evaluate FOLDER`` (a folder of photos with a ``labels.csv``) runs both stages on the
+photos in a scratch catalogue built from the labels and prints per-photo and total figures.
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ from rich.table import Table
 
 from ..evaluation.conditions import scores_by_condition
 from ..evaluation.labels import LabelFileError, load_labels
+from ..evaluation.photos import PhotoResult, evaluate_photo_folder, photo_totals
 from ..evaluation.report import flatten
 from ..evaluation.stage_c import evaluate_stage_c
 from ..evaluation.stage_d import evaluate_stage_d
@@ -55,14 +58,50 @@ def by_table(rows: list[dict[str, Any]]) -> Table:
     return grid
 
 
+def photo_table(results: list[PhotoResult]) -> Table:
+    grid = Table(title="Photos")
+    for column in ("file", "label", "read", "number", "set", "join key", "votes", "wrong"):
+        grid.add_column(column, overflow="fold")
+    for r in results:
+        read = f"{r.read_set or '-'}/{r.read_number or '-'}"
+        grid.add_row(r.label.file, f"{r.label.set_code}/{r.label.number}", read,
+                     "right" if r.number_right else "wrong", "right" if r.set_right else "wrong",
+                     r.outcome or "-", ", ".join(r.votes) or "-", str(r.wrong_votes))
+    return grid
+
+
+def evaluate_folder(folder: Path, labels: Path | None, as_json: bool) -> None:
+    try:
+        results = evaluate_photo_folder(folder, labels)
+    except LabelFileError as exc:
+        raise CliError(str(exc)) from None
+    totals = photo_totals(results)
+    if as_json:
+        typer.echo(json.dumps({"totals": totals, "photos": [
+            {"file": r.label.file, "set": r.label.set_code, "collector_number": r.label.number,
+             "read_set": r.read_set, "read_number": r.read_number, "number_right": r.number_right,
+             "set_right": r.set_right, "join_key": r.outcome, "votes": r.votes, "wrong_votes": r.wrong_votes}
+            for r in results]}, sort_keys=True))
+        return
+    console = Console()
+    console.print(photo_table(results))
+    console.print(section_table("Totals", totals))
+
+
 def evaluate(
-    labels: Annotated[Path, typer.Argument(help="Label file: one JSON object per line with an 'identifier'.")],
+    labels: Annotated[Path, typer.Argument(
+        help="Label file (one JSON object per line with an 'identifier'), or a folder of photos with labels.csv.")],
     as_json: Annotated[bool, typer.Option("--json", help="Print one flat JSON object.")] = False,
     by: Annotated[str | None, typer.Option(
         "--by", help="One row per value of this label field (e.g. condition, from `seed --photo-like`): "
                      "numbers and set codes read right, votes and wrong votes.")] = None,
+    labels_csv: Annotated[Path | None, typer.Option(
+        "--labels", help="With a folder: its labels CSV (default FOLDER/labels.csv).")] = None,
 ) -> None:
-    """Report accuracy of the stored evidence (and votes) against LABELS."""
+    """Report accuracy of the stored evidence (and votes) against LABELS, or run the stages on a folder of photos."""
+    if labels.is_dir():
+        evaluate_folder(labels, labels_csv, as_json)
+        return
     try:
         rows = load_labels(labels)
     except LabelFileError as exc:

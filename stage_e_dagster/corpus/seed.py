@@ -71,8 +71,9 @@ def _load_catalogue(session: Session, sets: list[SetSpec], specs: list[PrintingS
             session.add(exp)
             session.flush()
             expansion_ids[exp.code] = exp.id
+        # The printed size is what the renderer prints after the number ("041/281").
         session.execute(sa.update(Expansion).where(Expansion.id == expansion_ids[code])
-                        .values(card_count=len(numbers.get(code, ()))))
+                        .values(card_count=len(numbers.get(code, ())), printed_size=s.size))
     existing = {
         (eid, number, lang): pid
         for eid, number, lang, pid in session.execute(

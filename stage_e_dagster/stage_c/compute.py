@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from typing import Any, Iterable
 
 from .decode import DEFAULT_MAX_PIXELS, decode_image
-from .extractors import FIELDS_BY_KEY, IMAGE_EXTRACTORS, ImageContext
+from .extractors import FIELDS_BY_KEY, IMAGE_EXTRACTORS, ORIENTATION_FREE, ImageContext
 from .manifest import MANIFEST_VERSIONS
 from .ocr import TessdataNotFound
 
@@ -107,7 +107,7 @@ def compute_evidence(content_hash: str, data: bytes, *, latency_ms: float | None
         return result
     result = ExtractionResult(content_hash=content_hash)
     result.timings_ms["decode"] = decode_ms
-    ctx = ImageContext.from_upload(decoded.image, lexicon)
+    ctx = ImageContext.from_upload(decoded.image, lexicon, orient_by_text=not set(wanted) <= ORIENTATION_FREE)
     result.timings_ms["localise"] = (time.perf_counter() - started) * 1000 - decode_ms
     for key in wanted:
         if key == "fetch_health":

@@ -4,16 +4,17 @@ keeps pixels."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Callable
 
 import numpy as np
 from PIL import Image, ImageStat
 
+from ..catalog.evidence_facts import GRADED_SLAB, SEVERAL_CARDS
 from .geometry import BleedClass, all_boxes, box_px, classify_bleed, trim_box
 from .hashing import phash_int
 from .localise import Localised, localise_card
-from .ocr import BottomLinesRead, read_bottom_lines
+from .ocr import BottomLinesRead, read_bottom_lines, read_title
 
 # Which evidence columns each extractor owns; a recompute of one key rewrites only these.
 FIELDS_BY_KEY: dict[str, tuple[str, ...]] = {
@@ -33,9 +34,30 @@ FIELDS_BY_KEY: dict[str, tuple[str, ...]] = {
     "legal_line": ("legal_raw_text", "copyright_year", "proxy_marker"),
     "quality_signals": ("is_truncated", "blur_variance", "entropy"),
     "color_profile": ("color_mean_rgb", "color_stddev_rgb"),
+    "title_ocr": ("title_text", "title_confidence"),
 }
 
 Outcome = tuple[dict[str, Any], str | None]
+
+
+# Tiers of the bottom-band read tried on a card turned over, when upright it read no text at all.
+UPRIGHT_PROBE_TIERS = 2
+# Extractors whose values do not depend on which way up the card is (a 180 turn keeps its edges).
+ORIENTATION_FREE = frozenset({"fetch_health", "geometry_bleed", "layout_class", "quality_signals", "color_profile"})
+
+
+def _reads_text(read: BottomLinesRead, strict: bool = False) -> bool:
+    """The bottom band read as a card's: a collector number (not a bare one, when ``strict``), an
+    ``Illus.`` credit or a copyright year."""
+    parse = read.collector
+    number = parse.collector_number is not None and not (strict and parse.number_is_weak)
+    return number or read.illus_anchor or (read.copyright_year is not None and not strict)
+
+
+# An upload at least this much wider than high, with no card found in it, is a crop of the bottom
+# lines (cards are 0.72 or, turned, 1.4); such a band is this fraction of the card face's height.
+TEXT_STRIP_ASPECT = 1.8
+TEXT_STRIP_BAND_FRACTION = 0.08
 
 
 @dataclass
@@ -52,9 +74,33 @@ class ImageContext:
     _read: BottomLinesRead | None = field(default=None, repr=False)
 
     @classmethod
-    def from_upload(cls, upload: Image.Image, lexicon: frozenset[str] | None) -> ImageContext:
+    def from_upload(cls, upload: Image.Image, lexicon: frozenset[str] | None, *,
+                    orient_by_text: bool = True) -> ImageContext:
+        """The card found in ``upload``; ``orient_by_text`` False skips the text check of the 180 turn
+        (a recompute of extractors that do not depend on which way up the card is)."""
         localised = localise_card(upload)
-        return cls(localised.card, lexicon, localised)
+        ctx = cls(localised.card, lexicon, localised)
+        return ctx.upright_by_text() if orient_by_text and localised.method == "contour" else ctx
+
+    def upright_by_text(self) -> ImageContext:
+        """Upright or turned 180 degrees, decided by the text lines as well as the rules panel.
+
+        The localiser turns a card by where its light rules panel is; pale art over a dark panel
+        fools it. When the bottom band reads no text at all, the band of the card turned over is
+        read (two tiers); if that one reads a collector line or an ``Illus.`` credit, the card was
+        upside down and is turned, before any extractor records anything.
+        """
+        if _reads_text(self.bottom_lines()):
+            return self
+        assert self.localisation is not None
+        turned_card = self.image.rotate(180)
+        q = self.localisation.quad
+        turned = ImageContext(turned_card, self.lexicon, replace(
+            self.localisation, card=turned_card, quad=(q[2], q[3], q[0], q[1]),
+            rotation=(self.localisation.rotation + 180) % 360))
+        probe = read_bottom_lines(turned_card.crop(turned.box("bottom_lines")), turned.face_height, self.lexicon,
+                                  max_attempts=UPRIGHT_PROBE_TIERS)
+        return turned if _reads_text(probe, strict=True) else self
 
     @property
     def size(self) -> tuple[int, int]:
@@ -86,18 +132,32 @@ class ImageContext:
     def ocr_attempts(self) -> int:
         return self._read.attempts if self._read is not None else 0
 
+    @property
+    def text_only(self) -> bool:
+        """No card was found and the image is a wide strip: a crop of the bottom lines alone, not a card."""
+        width, height = self.size
+        return (self.localisation is not None and self.localisation.method == "fallback"
+                and width >= TEXT_STRIP_ASPECT * height)
+
     def bottom_lines(self) -> BottomLinesRead:
         if self._read is None:
-            self._read = read_bottom_lines(self.image.crop(self.box("bottom_lines")), self.face_height, self.lexicon)
+            if self.text_only:
+                # The whole strip is the band; the face it came from was about 1/BAND_FRACTION its height.
+                band, face_height = self.image, max(1, round(self.size[1] / TEXT_STRIP_BAND_FRACTION))
+            else:
+                band, face_height = self.image.crop(self.box("bottom_lines")), self.face_height
+            self._read = read_bottom_lines(band, face_height, self.lexicon)
         return self._read
 
 
 def card_localisation(ctx: ImageContext) -> Outcome:
-    """Where the card was found; a fallback (no card found, the whole upload used) is a named skip."""
+    """Where the card was found; a fallback (no card found, the whole upload used), several cards or a
+    graded slab is a named skip."""
     if ctx.localisation is None:
         return {}, "not-localised"
     localised = ctx.localisation
-    return localised.evidence(), "no-card-found" if localised.method == "fallback" else None
+    skip = {"fallback": "no-card-found", SEVERAL_CARDS: SEVERAL_CARDS, GRADED_SLAB: GRADED_SLAB}
+    return localised.evidence(), skip.get(localised.method)
 
 
 def geometry_bleed(ctx: ImageContext) -> Outcome:
@@ -139,9 +199,34 @@ def _edge_bands(image: Image.Image, bleed_class: BleedClass | None) -> list[np.n
             for side in range(4)]
 
 
-def classify_border(image: Image.Image, bleed_class: BleedClass | None = None) -> str | None:
+# A busy border band is what art reaching the edge looks like, and also what a sliver of table,
+# stack or sleeve inside a loose quad looks like: a borderless reading counts for this much less,
+# so it reaches the veto bar only with all four sides busy on a quad found with confidence >= 0.91.
+BORDERLESS_WEIGHT = 0.55
+# How much a majority of the four sides supports the colour: two sides (the other two each read
+# something else), three, or all four. One spoilt side is common (a shadow, glare), two less so.
+SIDE_AGREEMENT = {2: 0.75, 3: 0.9, 4: 1.0}
+
+
+@dataclass(frozen=True)
+class BorderReading:
+    colour: str | None
+    sides_agreeing: int   # of the four sides, how many read ``colour``
+
+    @property
+    def agreement(self) -> float:
+        """How much the reading itself supports the colour (0-1): by how many sides agree
+        (SIDE_AGREEMENT), less for a borderless reading (BORDERLESS_WEIGHT)."""
+        if self.colour is None:
+            return 0.0
+        weight = BORDERLESS_WEIGHT if self.colour == "borderless" else 1.0
+        return SIDE_AGREEMENT.get(self.sides_agreeing, 0.0) * weight
+
+
+def read_border(image: Image.Image, bleed_class: BleedClass | None = None) -> BorderReading:
     """Border colour of the card ``image`` (the localised card, not the upload) from four bands just
-    inside its trimmed edges: black, white, silver, borderless, or None when unclear."""
+    inside its trimmed edges (black, white, silver, borderless, or None when unclear), and how many
+    of the four sides agree."""
     # A photo's white balance and light vary: brightness is taken relative to the card's own
     # highlights (its 95th percentile), so a shaded white border is still white, not silver.
     gray = np.asarray(image.convert("L"), dtype=np.float32)
@@ -153,9 +238,14 @@ def classify_border(image: Image.Image, bleed_class: BleedClass | None = None) -
     counts = {label: labels.count(label) for label in set(labels)}
     ranked = sorted(counts.values(), reverse=True)
     top = max(counts, key=counts.__getitem__)
-    if ranked[0] < 2 or (len(ranked) > 1 and ranked[1] == ranked[0]):
-        return None
-    return top
+    if top is None or ranked[0] < 2 or (len(ranked) > 1 and ranked[1] == ranked[0]):
+        return BorderReading(None, 0)
+    return BorderReading(top, counts[top])
+
+
+def classify_border(image: Image.Image, bleed_class: BleedClass | None = None) -> str | None:
+    """The border colour alone (see :func:`read_border`)."""
+    return read_border(image, bleed_class).colour
 
 
 def _band_colour(band: np.ndarray) -> str | None:
@@ -175,11 +265,14 @@ def _band_colour(band: np.ndarray) -> str | None:
 
 
 def layout_class(ctx: ImageContext) -> Outcome:
-    """The border read on the card; ``layout_confidence`` is the localisation's, so a reading taken
-    where no card was found (below ``LAYOUT_CONFIDENCE_BAR``) is kept but must not veto a match."""
-    border = classify_border(ctx.image, ctx.bleed_class)
-    fields = {"layout_class": border, "layout_confidence": round(ctx.localisation_confidence, 3) if border else None}
-    return fields, None if border else "ambiguous"
+    """The border read on the card's own edge; ``layout_confidence`` is the localisation's times the
+    reading's own agreement (sides that agree, less for borderless), so a reading taken where no card
+    was found, or where the sides disagree, stays below ``LAYOUT_CONFIDENCE_BAR``: kept, but it must
+    not veto a match."""
+    border = read_border(ctx.image, ctx.bleed_class)
+    confidence = round(ctx.localisation_confidence * border.agreement, 3) if border.colour else None
+    fields = {"layout_class": border.colour, "layout_confidence": confidence}
+    return fields, None if border.colour else "ambiguous"
 
 
 def crop_coordinates(ctx: ImageContext) -> Outcome:
@@ -256,6 +349,13 @@ def color_profile(ctx: ImageContext) -> Outcome:
             "color_stddev_rgb": [round(v, 3) for v in stat.stddev]}, None
 
 
+def title_ocr(ctx: ImageContext) -> Outcome:
+    """The name on the card's title bar (only confidently read words), for Stage D to compare with
+    the name the upload carries."""
+    read = read_title(ctx.image.crop(ctx.box("title")))
+    return {"title_text": read.text or None, "title_confidence": read.confidence}, None if read.text else "no-text"
+
+
 # Image extractors in manifest order; fetch_health is filled from the fetch itself.
 IMAGE_EXTRACTORS: dict[str, Callable[[ImageContext], Outcome]] = {
     "card_localisation": card_localisation,
@@ -270,12 +370,13 @@ IMAGE_EXTRACTORS: dict[str, Callable[[ImageContext], Outcome]] = {
     "legal_line": legal_line,
     "quality_signals": quality_signals,
     "color_profile": color_profile,
+    "title_ocr": title_ocr,
 }
 
 # Extractor groups the benchmark reports separately.
 EXTRACTOR_GROUPS: dict[str, tuple[str, ...]] = {
     "geometry": ("card_localisation", "geometry_bleed", "layout_class", "crop_coordinates"),
-    "ocr": ("collector_line_ocr", "collector_line_word_boxes", "artist_ocr", "legal_line"),
+    "ocr": ("collector_line_ocr", "collector_line_word_boxes", "artist_ocr", "legal_line", "title_ocr"),
     "hashes": ("symbol_region", "art_phash"),
     "signals": ("quality_signals", "color_profile"),
 }

@@ -28,6 +28,8 @@ BOXES: dict[str, tuple[float, float, float, float]] = {
     "legal": (0.44, 0.892, 0.97, 0.972),
     "art": (0.075, 0.11, 0.925, 0.555),
     "symbol": (0.83, 0.562, 0.935, 0.618),
+    # The name on the title bar, short of the mana cost; inside the bar's frame lines.
+    "title": (0.07, 0.045, 0.72, 0.092),
 }
 
 Box = tuple[int, int, int, int]

@@ -1,7 +1,8 @@
 """Perceptual hashes shared by Stage C and the canonical catalogue.
 
 Stage D compares a card's ``art_phash`` with each printing's, so the catalogue import and the
-synthetic corpus must hash canonical art with exactly these functions.
+synthetic corpus must hash canonical art with exactly these functions (the distance between two
+stored hashes, ``hamming``, is a shared evidence fact).
 """
 
 from __future__ import annotations
@@ -9,7 +10,10 @@ from __future__ import annotations
 import imagehash
 from PIL import Image
 
+from ..catalog.evidence_facts import hamming
 from .geometry import box_px, classify_bleed
+
+__all__ = ["art_crop", "art_phash", "hamming", "phash_int", "signed64"]
 
 
 def signed64(value: int) -> int:
@@ -31,7 +35,3 @@ def art_crop(image: Image.Image) -> Image.Image:
 def art_phash(image: Image.Image) -> int:
     """Perceptual hash of the art box of a full card image."""
     return phash_int(art_crop(image))
-
-
-def hamming(a: int, b: int) -> int:
-    return bin((a ^ b) & 0xFFFFFFFFFFFFFFFF).count("1")

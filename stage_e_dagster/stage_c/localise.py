@@ -11,6 +11,12 @@ Three outcomes, each named in the evidence:
 - ``whole-image``: none was, but the upload itself has a card's aspect (a digital render, a print
   file with bleed): the card is the whole image, as before localisation existed;
 - ``fallback``: neither; the whole image is used as today, with a confidence of 0.
+
+Two more name uploads no single card reading can be trusted on: ``several-cards`` (a second
+card-shaped quad of about the same size beside the one found) and ``graded-slab`` (the card sits
+in a larger case with a tall label band at one end). The best quad is still warped and read, at
+confidence 0, so the evidence is kept; Stage D abstains on both, never voting for whichever card
+was found first.
 """
 
 from __future__ import annotations
@@ -23,23 +29,34 @@ import cv2
 import numpy as np
 from PIL import Image
 
+from ..catalog.evidence_facts import GRADED_SLAB, LAYOUT_CONFIDENCE_BAR, SEVERAL_CARDS
 from .geometry import BLEED_ASPECT, TRIM_ASPECT, BleedClass, classify_bleed
 
-Method = Literal["whole-image", "contour", "fallback"]
+Method = Literal["whole-image", "contour", "fallback", "several-cards", "graded-slab"]
 Point = tuple[float, float]
 
 SEARCH_SIDE = 640           # long side of the copy the contour search runs on
 MIN_AREA_FRACTION = 0.2     # a card filling half the frame's height covers at least ~0.2 of its area
 ASPECT_TOLERANCE = 0.025    # spread of the aspect score around the card's aspect (short / long side)
-CONFIDENCE_BAR = 0.5        # below this a quad is not taken as the card
+# Below this a quad is not taken as the card, and Stage D does not veto on the border read on it
+# (the reading may be of the background): the bar both stages share.
+CONFIDENCE_BAR = LAYOUT_CONFIDENCE_BAR
 WHOLE_IMAGE_CONFIDENCE = 0.7  # the upload's own aspect is a card's, but nothing inside it confirms it
 # A top-loader's outline can fall near a print file's aspect; a physical card is far the likelier.
 BLEED_PREFERENCE = 0.9
 # Edge pixels above this share of the search image (the eight real photos: 0.31-0.42) mean noise.
 MAX_EDGE_DENSITY = 0.6
 BLEED_ASPECT_SLACK = 0.004  # a found quad is a print file with bleed only this close to (or above) its aspect
-# Below this Stage D should not veto on the border: the reading may be of the background.
-LAYOUT_CONFIDENCE_BAR = CONFIDENCE_BAR
+# A second card-shaped quad (score over the bar) within this area ratio of the card's and overlapping
+# it by less than OTHER_CARD_OVERLAP of the smaller area is another card in the photo.
+OTHER_CARD_AREA_RATIO = 0.6
+OTHER_CARD_OVERLAP = 0.1
+# A case around the card: a quad holding the card's centre, 1.15-2.5 times its area. It is a graded
+# slab when one end leaves a label band at least SLAB_LABEL_FRACTION of the card's long side (a
+# top-loader leaves about 0.07 at every end; a slab's label about 0.25-0.3) and the sides stay close.
+CASE_AREA_RANGE = (1.15, 2.5)
+SLAB_LABEL_FRACTION = 0.18
+SLAB_SIDE_FRACTION = 0.2
 
 
 @dataclass(frozen=True)
@@ -171,6 +188,51 @@ def _candidates(small: np.ndarray) -> list[_Candidate]:
     return found
 
 
+def _area(c: _Candidate) -> float:
+    return float(cv2.contourArea(c.corners))
+
+
+def _another_card(best: _Candidate, candidates: list[_Candidate]) -> bool:
+    """A second card of about the same size beside ``best``, not overlapping it."""
+    best_area = _area(best)
+    for c in candidates:
+        if c is best or c.score < CONFIDENCE_BAR:
+            continue
+        area = _area(c)
+        if not OTHER_CARD_AREA_RATIO <= area / best_area <= 1 / OTHER_CARD_AREA_RATIO:
+            continue
+        overlap, _ = cv2.intersectConvexConvex(best.corners.astype(np.float32), c.corners.astype(np.float32))
+        if overlap < OTHER_CARD_OVERLAP * min(area, best_area):
+            return True
+    return False
+
+
+def _in_slab(best: _Candidate, candidates: list[_Candidate]) -> bool:
+    """``best`` sits in a case with a tall label band at one end of its long side."""
+    card_area = _area(best)
+    centre = best.corners.mean(axis=0)
+    # The card's own axes: u along its short side, v along its long side (unit vectors).
+    horizontal = (best.corners[1] - best.corners[0] + best.corners[2] - best.corners[3]) / 2
+    vertical = (best.corners[3] - best.corners[0] + best.corners[2] - best.corners[1]) / 2
+    short, long = (horizontal, vertical) if best.portrait else (vertical, horizontal)
+    short_len, long_len = float(np.linalg.norm(short)), float(np.linalg.norm(long))
+    u, v = short / (short_len + 1e-9), long / (long_len + 1e-9)
+    for c in candidates:
+        area = _area(c)
+        if c is best or not CASE_AREA_RANGE[0] <= area / card_area <= CASE_AREA_RANGE[1]:
+            continue
+        if cv2.pointPolygonTest(c.corners.astype(np.float32), (float(centre[0]), float(centre[1])), False) < 0:
+            continue
+        along_v = (c.corners - centre) @ v
+        along_u = (c.corners - centre) @ u
+        ends = sorted((float(along_v.max()) - long_len / 2, -float(along_v.min()) - long_len / 2))
+        sides = max(float(along_u.max()) - short_len / 2, -float(along_u.min()) - short_len / 2)
+        if ends[1] >= SLAB_LABEL_FRACTION * long_len and ends[0] < ends[1] / 2 \
+                and sides <= SLAB_SIDE_FRACTION * short_len:
+            return True
+    return False
+
+
 def _orientation_cue(card: np.ndarray) -> float:
     """Positive when the card looks upright, negative when it looks upside down.
 
@@ -239,8 +301,10 @@ def localise_card(image: Image.Image) -> Localised:
         card_h = max(1, round(max(vertical, horizontal)))
         card = _warp(source, corners, (max(1, round(card_h * aspect)), card_h))
         quad = tuple((float(x), float(y)) for x, y in corners)
-        return Localised(Image.fromarray(card), quad, min(1.0, best.score), rotation,  # type: ignore[arg-type]
-                         _tilt(corners, rotation), "contour", best.bleed_class, (width, height))
+        crowded: Method | None = (SEVERAL_CARDS if _another_card(best, candidates)  # type: ignore[assignment]
+                                  else GRADED_SLAB if _in_slab(best, candidates) else None)
+        return Localised(Image.fromarray(card), quad, 0.0 if crowded else min(1.0, best.score),  # type: ignore[arg-type]
+                         rotation, _tilt(corners, rotation), crowded or "contour", best.bleed_class, (width, height))
 
     if own_class is not None:
         return Localised(image, _image_corners(width, height), WHOLE_IMAGE_CONFIDENCE, 0, 0.0, "whole-image",

@@ -175,10 +175,16 @@ def _words(iterator: PyResultIterator) -> list[OcrWord]:
             return words
 
 
-def _dark_text(gray: Image.Image) -> Image.Image:
-    """Tesseract wants dark text on a light ground: invert crops whose ground is dark."""
+Polarity = Literal["auto", "flip"]
+
+
+def _dark_text(gray: Image.Image, polarity: Polarity = "auto") -> Image.Image:
+    """Tesseract wants dark text on a light ground: invert crops whose ground is dark. The guess
+    from the median fails where a dark border fills much of the band under text printed dark on a
+    mid-tone frame (a blue 2012 card), so ``flip`` takes the other polarity."""
     arr = np.asarray(gray)
-    return ImageOps.invert(gray) if np.median(arr) < 128 else gray
+    invert = bool(np.median(arr) < 128) != (polarity == "flip")
+    return ImageOps.invert(gray) if invert else gray
 
 
 def _otsu(gray: Image.Image) -> int:
@@ -226,10 +232,10 @@ Threshold = Literal["otsu", "local"] | None
 
 
 def prepare(crop: Image.Image, face_height: int, *, extra_scale: float = 1.0, threshold: Threshold = "otsu",
-            sharpen: bool = False) -> Image.Image:
+            sharpen: bool = False, polarity: Polarity = "auto") -> Image.Image:
     """Grayscale, dark-on-light, upscaled, contrast-stretched crop, binarised by one global Otsu cut,
     by a local (Sauvola) cut, or not at all (``threshold`` None)."""
-    gray = _dark_text(crop.convert("L"))
+    gray = _dark_text(crop.convert("L"), polarity)
     scale = upscale_factor(face_height, extra_scale)
     if scale != 1.0:
         gray = gray.resize((round(gray.width * scale), round(gray.height * scale)), Image.Resampling.BICUBIC)
@@ -245,21 +251,24 @@ def prepare(crop: Image.Image, face_height: int, *, extra_scale: float = 1.0, th
     return gray
 
 
-# (name, extra upscale, threshold, sharpen, psm), tried in order until one gives a usable collector line.
-# The local tier follows the two reads that serve most cards, so they read as before; it is the one
-# that reads foil, where both the global cut and Tesseract's own (also global) binarisation fail.
-TIERS: tuple[tuple[str, float, Threshold, bool, int], ...] = (
-    ("otsu", 1.0, "otsu", False, 6),
-    ("gray", 1.0, None, False, 6),
-    ("local", 1.0, "local", False, 6),
-    ("sharp-large", 1.5, "otsu", True, 6),
-    ("sparse", 1.0, None, False, 11),
+# (name, extra upscale, threshold, sharpen, psm, polarity), tried in order until one gives a usable
+# collector line. The local tier follows the two reads that serve most cards, so they read as before;
+# it is the one that reads foil, where both the global cut and Tesseract's own (also global)
+# binarisation fail. Its flipped twin reads dark text on a mid-tone frame above a black border.
+TIERS: tuple[tuple[str, float, Threshold, bool, int, Polarity], ...] = (
+    ("otsu", 1.0, "otsu", False, 6, "auto"),
+    ("gray", 1.0, None, False, 6, "auto"),
+    ("local", 1.0, "local", False, 6, "auto"),
+    ("local-flip", 1.0, "local", False, 6, "flip"),
+    ("sharp-large", 1.5, "otsu", True, 6, "auto"),
+    ("sparse", 1.0, None, False, 11, "auto"),
 )
 
 
 def _attempts(crop: Image.Image, face_height: int) -> Iterator[tuple[str, list[OcrWord], int]]:
-    for name, extra, threshold, sharpen, psm in TIERS:
-        prepared = prepare(crop, face_height, extra_scale=extra, threshold=threshold, sharpen=sharpen)
+    for name, extra, threshold, sharpen, psm, polarity in TIERS:
+        prepared = prepare(crop, face_height, extra_scale=extra, threshold=threshold, sharpen=sharpen,
+                           polarity=polarity)
         yield name, tesseract_words(prepared, psm), prepared.width
 
 
@@ -310,11 +319,13 @@ def read_bottom_lines(band: Image.Image, face_height: int, lexicon: frozenset[st
         left_text = "\n".join(left_lines)
         texts.append(full_text)
         collector = parse_collector_lines(left_text, lexicon)
-        if collector.collector_number is None:
-            # 2008-2014 frames print the number at the end of the centred copyright line instead.
+        if collector.collector_number is None or collector.number_is_weak:
+            # 2008-2014 frames print the number at the end of the centred copyright line instead
+            # (a bare number in the collector block's place is then a stray glyph of the credit).
             number = copyright_line_number(full_text)
             if number is not None:
-                collector = replace(collector, collector_number=number, number_source=NUMBER_SLASH)
+                collector = replace(collector, collector_number=number, number_source=NUMBER_SLASH,
+                                    number_complete=True)
         artist, illus = parse_artist(full_text)
         if artist is None:
             for line in left_lines:
@@ -343,3 +354,35 @@ def read_bottom_lines(band: Image.Image, face_height: int, lexicon: frozenset[st
     best.attempts = len(texts)
     best.texts = texts
     return best
+
+
+# The title is set larger than the bottom lines; Tesseract reads a line best near this height.
+TITLE_LINE_PX = 40.0
+# Title words read with less confidence than this are left out: the bar's frame and foil read as
+# low-confidence junk, and a junk "name" must neither agree nor disagree with the upload's.
+TITLE_WORD_CONFIDENCE = 70.0
+
+
+@dataclass(frozen=True)
+class TitleRead:
+    text: str            # the confident words, in order ("" when none)
+    confidence: float | None  # their mean Tesseract confidence
+
+
+def read_title(crop: Image.Image) -> TitleRead:
+    """The card's name from its title bar: a local (Sauvola) cut first, then the plain grey crop, then
+    the local cut of the inverted crop (light type on a dark bar), each read as one line (psm 7);
+    the first read with confident words wins. The polarity is not guessed from the median: the
+    bar's dark frame lines pull it below the middle on ordinary dark-on-light titles."""
+    gray = ImageOps.autocontrast(crop.convert("L"), cutoff=1)
+    # The crop's height is about twice the type's: bring the line to Tesseract's size.
+    scale = TITLE_LINE_PX / max(1.0, gray.height * 0.55)
+    if gray.height and abs(scale - 1.0) > 0.05:
+        gray = gray.resize((max(1, round(gray.width * scale)), max(1, round(gray.height * scale))),
+                           Image.Resampling.LANCZOS)
+    radius = round(TITLE_LINE_PX)
+    for prepared in (_sauvola(gray, radius), gray, _sauvola(ImageOps.invert(gray), radius)):
+        words = [w for w in tesseract_words(prepared, 7) if w.conf >= TITLE_WORD_CONFIDENCE]
+        if words:
+            return TitleRead(" ".join(w.text for w in words)[:200], round(sum(w.conf for w in words) / len(words), 3))
+    return TitleRead("", None)

@@ -12,24 +12,22 @@ import re
 from dataclasses import dataclass
 from itertools import product
 
-LANG_CODES = ("EN", "DE", "FR", "IT", "ES", "PT", "JA", "JP", "RU", "KO", "ZH", "CS", "CT", "PH")
-RARITY_LETTERS = "CURMSLTPB"
+from ..catalog.collector_line import (  # noqa: F401  (re-exported: the names' old home)
+    DIGIT_LOOKALIKES,
+    LANG_CODES,
+    NUMBER_FORMS,
+    NUMBER_RARITY,
+    NUMBER_SLASH,
+    RARITY_LETTERS,
+    RARITY_NUMBER,
+    SLASH_NUMBER,
+)
 
 # How a parse got its collector number and its set code.
-NUMBER_SLASH = "slash"          # number over set size: "041/281"
-NUMBER_RARITY = "rarity"        # rarity letter then a 4-digit number: "C 0100"
 NUMBER_BARE = "bare"            # a lone number on a line: weak, junk from the frame edge reads like this
 SET_CODE_DIRECT = "direct"      # the token as printed (a misread bullet peeled off) is the code
 SET_CODE_REPAIRED = "repaired"  # the code is known only after swapping look-alike glyphs
 
-# Letters that OCR glues onto the front of a number ("t74/274", "LLC68/244"): never digit look-alikes.
-_GLUED_LETTERS = "AC-HJ-NP-RT-Za-km-np-z"
-# Number over set size, e.g. "041/281"; OCR may split a digit group or read O/I/l/S/B for digits.
-_SLASH = re.compile(
-    rf"(?<![0-9A-Za-z])(?:[{_GLUED_LETTERS}]{{1,4}}(?=[0-9]))?[*\u2605]?"
-    r"((?:[0-9OoIlSB] ?){0,3}[0-9OoIlSB][a-z]?)\s*[/|\\]\s*([0-9OoIlSB]{1,4})"
-)
-RARITY_NUMBER = re.compile(rf"(?<![0-9A-Za-z])[{RARITY_LETTERS}]\s*[^\sA-Za-z0-9]?\s*([0-9OoIlSB]{{3,5}}[a-z]?)\b")
 _BARE_NUMBER = re.compile(r"(?<![0-9A-Za-z/])[*\u2605]?([0-9]{1,4}[a-z]?)(?![0-9/])")
 # A language code is a whole token ("FRF" and "DEN" are set codes), or glued to a bullet misread as e/o/a.
 _LANG = re.compile(
@@ -40,7 +38,7 @@ _YEAR_MARKED = re.compile(
     r"(?:\u00a9|\(c\)|\bc\)|copyright|&)\s*((?:19|20)\d{2})(?:\s*[-\u2013]\s*((?:19|20)\d{2}))?\b",
     re.IGNORECASE,
 )
-_YEAR_BARE = re.compile(r"(?<!\d)((?:19|20)\d{2})(?!\d)")
+_YEAR_BARE = re.compile(r"(?<!\d)((?:19|20)\d{2})(?:\s*[-\u2013]\s*((?:19|20)\d{2}))?(?!\d)")
 _PROXY = re.compile(r"not\s*for\s*sale|\bproxy\b|playtest|original\s+design", re.IGNORECASE)
 # Name words are capitalised ("Anna Adler") or, on newer frames, all capitals ("JOHN AVON"); one style per
 # name, and the words of the legal and proxy text never count as a name.
@@ -58,7 +56,6 @@ _GLUED = re.compile(r"(?<=[a-z])(?=[A-Z][a-z])")
 _CONFUSIONS = {"0": "od", "o": "0dq", "d": "o", "q": "o", "1": "il", "i": "1l", "l": "1i", "5": "s",
                "s": "5", "8": "b", "b": "8e", "2": "z", "z": "2", "6": "g", "g": "6c", "c": "g", "e": "fb",
                "f": "e", "u": "v", "v": "u", "p": "r", "r": "p"}
-DIGIT_LOOKALIKES = str.maketrans({"O": "0", "o": "0", "I": "1", "l": "1", "S": "5", "B": "8"})
 _BULLET_MISREADS = set("eo*«»·.,:;-+°™'\"")
 
 
@@ -128,20 +125,33 @@ def _set_code_before(text: str, lang_start: int) -> str | None:
     return _code_token(text[:lang_start])
 
 
+def _glued_code_and_language(line: str, lexicon: frozenset[str]) -> tuple[str, str] | None:
+    """``SET • LANG`` read as one token, the bullet misread as a letter ("BFZBEN", "DMUREN"): the set
+    code (as printed, known to the lexicon) and the language, from the line's first token."""
+    first = re.match(r"\s*([A-Za-z0-9]+)", line)
+    token = first.group(1) if first else ""
+    for lang in LANG_CODES:
+        code = token[:-len(lang) - 1]
+        if token.endswith(lang) and 2 <= len(code) <= 5 and code.upper() == code and code.lower() in lexicon:
+            return code.lower(), lang.lower()
+    return None
+
+
 def parse_collector_lines(text: str, lexicon: frozenset[str] | None) -> CollectorParse:
     """Collector number, set code and language from the collector block's text (any line order)."""
     number = number_source = None
     complete = True
-    match = _SLASH.search(text)
-    if match is not None:
-        number_source = NUMBER_SLASH
-    else:
-        match = RARITY_NUMBER.search(text)
-        complete = match is None or len(match.group(1).rstrip("abcdefghijklmnopqrstuvwxyz")) == 4
-        number_source = NUMBER_RARITY if match else None
-    if match:
-        number = match.group(1).replace(" ", "").translate(DIGIT_LOOKALIKES)
-    else:
+    match = None
+    for form in NUMBER_FORMS:  # the printed forms, in the order the layouts table gives
+        match = form.pattern.search(text)
+        if match is None:
+            continue
+        printed = match.group(form.number_group)
+        number = printed.replace(" ", "").translate(DIGIT_LOOKALIKES)
+        number_source = form.name
+        complete = form.digits is None or len(printed.rstrip("abcdefghijklmnopqrstuvwxyz")) == form.digits
+        break
+    if match is None:
         for line in text.splitlines():
             if _LANG.search(line) or _YEAR_MARKED.search(line):
                 continue
@@ -173,24 +183,34 @@ def parse_collector_lines(text: str, lexicon: frozenset[str] | None) -> Collecto
             if raw is not None and raw.lower() in lexicon:
                 set_code, known, source = raw.lower(), True, SET_CODE_DIRECT
                 break
+            glued = _glued_code_and_language(line, lexicon)
+            if glued is not None:
+                (set_code, language), known, source = glued, True, SET_CODE_DIRECT
+                break
     return CollectorParse(normalize_number(number) if number else None, set_code, language, known, complete,
                           number_source=number_source if number else None,
                           set_code_source=source if set_code else None)
+
+
+# Words of the copyright line: a line holding one is the legal line even when its mark is misread.
+_LEGAL_WORDS = re.compile(r"wizards|coast|\bllc\b|\u00a9|\(c\)", re.IGNORECASE)
 
 
 def copyright_line_number(text: str) -> str | None:
     """The number printed at the end of the copyright line (2008-2014 frames: "... Coast LLC 68/244").
 
     These frames centre the line, so the number sits right of the collector block: give this the
-    whole band's text, not only its left part.
+    whole band's text, not only its left part. The number is looked for after the line's year (or
+    after its start when OCR lost the copyright mark).
     """
     for line in text.splitlines():
         marked = _YEAR_MARKED.search(line)
-        if marked is None:
+        if marked is None and not _LEGAL_WORDS.search(line):
             continue
-        slash = _SLASH.search(line, marked.end())
+        year = marked or _YEAR_BARE.search(line)
+        slash = SLASH_NUMBER.search(line, year.end() if year else 0)
         if slash:
-            return normalize_number(slash.group(1).replace(" ", "").translate(DIGIT_LOOKALIKES))
+            return normalize_number(slash.group(2).replace(" ", "").translate(DIGIT_LOOKALIKES))
     return None
 
 
@@ -248,5 +268,5 @@ def parse_legal(text: str) -> tuple[int | None, bool]:
     year = (marked.group(2) or marked.group(1)) if marked else None
     if year is None:
         bare = _YEAR_BARE.search(text)
-        year = bare.group(1) if bare else None
+        year = (bare.group(2) or bare.group(1)) if bare else None
     return (int(year) if year else None), bool(_PROXY.search(text))

@@ -6,14 +6,14 @@ from dataclasses import dataclass, field
 from difflib import SequenceMatcher
 from typing import Any, Sequence
 
-from ..stage_c.localise import LAYOUT_CONFIDENCE_BAR
+from ..catalog.evidence_facts import GRADED_SLAB, LAYOUT_CONFIDENCE_BAR, SEVERAL_CARDS
 from . import agents as A
 from .agents import OUTCOME_NO_MATCH, OUTCOME_VOTE
 
 ARTIST_MATCH_RATIO = 0.8
 BORDER_VOCABULARY = frozenset({"black", "white", "silver", "borderless", "gold"})
 # A border reading counts against a match only when Stage C is this sure it read the card itself
-# (its ``layout_confidence``, against Stage C's own bar for "the quad is the card", 0.5). Below
+# (its ``layout_confidence``, against the shared bar for "the quad is the card", 0.5). Below
 # it, or with no confidence recorded, the reading may be the table, sleeve or top-loader.
 BORDER_VETO_CONFIDENCE = LAYOUT_CONFIDENCE_BAR
 
@@ -55,6 +55,33 @@ def artist_ratio(read: str | None, printed: str | None) -> float | None:
     return SequenceMatcher(None, read.strip().lower(), printed.strip().lower()).ratio()
 
 
+# The title bar's name agrees with the upload's at this similarity, and disagrees below the lower bar
+# (in between it says nothing). Fewer letters than TITLE_MIN_LETTERS are no reading.
+TITLE_AGREES = 0.8
+TITLE_DISAGREES = 0.5
+TITLE_MIN_LETTERS = 5
+
+
+def _letters(text: str) -> str:
+    return "".join(ch for ch in text.casefold() if ch.isalpha())
+
+
+def title_agreement(title: str | None, names: Sequence[str]) -> tuple[bool | None, float | None]:
+    """Whether the name Stage C read on the title bar is one of ``names`` (each face of a
+    ``Front // Back`` name counts): True, False, or None when the read says too little; with the
+    best similarity. A read that is the start of a name agrees as much as the whole name."""
+    read = _letters(title or "")
+    faces = [_letters(face) for name in names if name for face in name.split("//")]
+    faces = [f for f in faces if f]
+    if len(read) < TITLE_MIN_LETTERS or not faces:
+        return None, None
+    best = max(max(SequenceMatcher(None, read, face).ratio(), SequenceMatcher(None, read, face[:len(read)]).ratio())
+               for face in faces)
+    if best >= TITLE_AGREES:
+        return True, round(best, 3)
+    return (False if best < TITLE_DISAGREES else None), round(best, 3)
+
+
 def border_known(value: str | None) -> str | None:
     value = (value or "").strip().lower()
     return value if value in BORDER_VOCABULARY else None
@@ -78,6 +105,10 @@ def unusable_evidence(evidence: Any, candidates: Sequence[Any]) -> Decision | No
         return abstain(A.UNREADABLE_IMAGE)
     if evidence.is_truncated:
         return abstain(A.TRUNCATED_IMAGE)
+    crowded = {SEVERAL_CARDS: A.SEVERAL_CARDS, GRADED_SLAB: A.GRADED_SLAB}.get(
+        getattr(evidence, "localisation_method", None) or "")
+    if crowded is not None:
+        return abstain(crowded)
     if not candidates:
         return abstain(A.NO_CANDIDATES)
     return None

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import Any, Sequence
 
-from ..stage_c.hashing import hamming
+from ..catalog.evidence_facts import hamming
 from . import agents as A
 from .decision import (
     ARTIST_MATCH_RATIO,

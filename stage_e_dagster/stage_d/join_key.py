@@ -2,7 +2,12 @@
 
 Pure: it takes a card's stored evidence and its name-scoped candidates and returns a decision.
 A vote needs a reading that stands on its own (a number printed in a collector form, or a set code
-read as printed) and must pass the agreement checks (truncation, a confidently read border colour,
+read as printed) that the catalogue confirms: the set code read names a set holding that number
+for the name, or, with no set code read (or one the catalogue does not know), the total printed
+after the number ("041/281") is the printed size of exactly the set that holds it. A letter read
+for the number's first digit ("t74/274") is repaired to the digit it looks like only when the
+catalogue confirms the repaired number the same way. A number alone, unconfirmed, is a weak
+reading and never a vote. A vote must also pass the agreement checks (truncation, a confidently read border colour,
 frame, a marked copyright year); an artist disagreement keeps the vote at lower confidence. A
 no-match vote needs more: a set code read as printed (no look-alike repair) and confirmed, in a
 set the catalogue holds completely, that has no printing of this name. Anything less abstains, and
@@ -24,6 +29,7 @@ from .decision import (
     confident_border,
     no_match,
     read_set_code,
+    title_agreement,
     unusable_evidence,
     vote,
 )
@@ -36,17 +42,22 @@ COPYRIGHT_SLACK_YEARS = 2
 OLD_FRAMES = frozenset({"1993", "1997"})
 
 CONFIDENCE_SET_AND_NUMBER = 0.85
-CONFIDENCE_NUMBER_ONLY = 0.75
+CONFIDENCE_NUMBER_AND_TOTAL = 0.8
+CONFIDENCE_NUMBER_ONLY = 0.75      # kept for the fallback's readings; the join key no longer votes on it
+CONFIDENCE_REPAIRED = 0.7
+CONFIDENCE_TITLE_BONUS = 0.05      # the title bar reads the upload's name
+CONFIDENCE_TITLE_CAP = 0.9
 CONFIDENCE_ARTIST_DISAGREES = 0.65
 CONFIDENCE_NO_MATCH = 0.6
 
 
 def decide_join_key(
     evidence: Any, candidates: Sequence[PrintingFacts], lexicon: frozenset[str], dpi: int | None = None,
-    complete_sets: frozenset[str] = frozenset(),
+    complete_sets: frozenset[str] = frozenset(), name: str | None = None,
 ) -> Decision:
     """Decide one card. ``evidence`` is its current ImageEvidence (or anything with the same fields);
-    ``complete_sets`` are the set codes whose every printing the catalogue holds (no-match needs one)."""
+    ``complete_sets`` are the set codes whose every printing the catalogue holds (no-match needs one);
+    ``name`` is the name the upload carries, compared with the title bar Stage C read."""
     unusable = unusable_evidence(evidence, candidates)
     if unusable is not None:
         return unusable
@@ -62,6 +73,40 @@ def decide_join_key(
         return abstain(A.WEAK_READING, **read)
 
     hits = at_collector_line(candidates, number, set_code)
+    confirmed_by = "set-code" if set_code and hits else None
+    if reading.printed_total is not None and hits and set_code:
+        sizes = {c.printed_size for c in hits if c.printed_size is not None}
+        if sizes and reading.printed_total not in sizes:
+            return abstain(A.TOTAL_MISMATCH, total=reading.printed_total, **read)
+    if not confirmed_by and (set_code is None or (set_code not in lexicon and not reading.set_code_confirmed)):
+        # No set code confirmed a printing (none read, or an unknown one that is no clean, confident
+        # read: a code printed clearly but unknown may be a set the catalogue lacks). The printed
+        # total may, for the number as read or for its look-alike repair; more than one way
+        # confirmed is no confirmation.
+        options = [("printed-total", number, None, by_printed_total(candidates, number, reading.printed_total))]
+        options += [("look-alike-repair", r.number, r.printed, by_printed_total(candidates, r.number, r.total))
+                    for r in reading.repairs if r.number != number]
+        options = [o for o in options if o[3]]
+        if len(options) > 1:
+            return abstain(A.AMBIGUOUS, hits=[c.id for o in options for c in o[3]], **read)
+        if options:
+            confirmed_by, repaired_number, read_as, hits = options[0]
+            if read_as is not None:
+                read = {**read, "number": repaired_number, "read_as": read_as}
+        elif set_code is None and reading.repairs:
+            return abstain(A.REPAIR_UNCONFIRMED, repairs=[r.printed for r in reading.repairs], **read)
+        elif set_code is None and hits:
+            # The number alone matched: nothing in the catalogue confirms it is this printing's.
+            return abstain(A.UNCONFIRMED_READING, total=reading.printed_total, **read)
+    elif not hits and set_code in lexicon:
+        # A known set without the number as read: its look-alike repair may be in that set.
+        in_set = [(r, found) for r in reading.repairs if r.number != number
+                  for found in [at_collector_line(candidates, r.number, set_code)] if found]
+        if len(in_set) == 1:
+            (repair, hits), = in_set
+            confirmed_by = "look-alike-repair"
+            read = {**read, "number": repair.number, "read_as": repair.printed}
+    read = {**read, "confirmed_by": confirmed_by} if confirmed_by else read
     lang = (evidence.collector_language or "").strip().lower() or None
     if hits and lang:
         same_lang = [c for c in hits if c.lang == lang]
@@ -100,11 +145,28 @@ def decide_join_key(
     failed = agreement_failure(evidence, printing)
     if failed is not None:
         return abstain(failed, printing_id=printing.id, **read)
-    confidence = CONFIDENCE_SET_AND_NUMBER if set_code else CONFIDENCE_NUMBER_ONLY
+    confidence = {"set-code": CONFIDENCE_SET_AND_NUMBER, "printed-total": CONFIDENCE_NUMBER_AND_TOTAL,
+                  "look-alike-repair": CONFIDENCE_REPAIRED}.get(confirmed_by or "", CONFIDENCE_NUMBER_ONLY)
     ratio = artist_ratio(evidence.artist_name, printing.artist)
     if ratio is not None and ratio < ARTIST_MATCH_RATIO:
         confidence = CONFIDENCE_ARTIST_DISAGREES
+    # The title bar: the upload's name, or the printing's own printed name (another language).
+    agrees, similarity = title_agreement(getattr(evidence, "title_text", None),
+                                         [n for n in (name, printing.printed_name) if n])
+    if agrees is False:
+        return abstain(A.NAME_DISAGREES, printing_id=printing.id, title=evidence.title_text, similarity=similarity,
+                       **read)
+    if agrees:
+        confidence = min(CONFIDENCE_TITLE_CAP, round(confidence + CONFIDENCE_TITLE_BONUS, 3))
+        read = {**read, "title_agrees": similarity}
     return vote(printing.id, confidence, **read)
+
+
+def by_printed_total(candidates: Sequence[PrintingFacts], number: str, total: int | None) -> list[PrintingFacts]:
+    """The candidates at ``number`` in a set whose printed size is ``total`` (none without a total)."""
+    if total is None:
+        return []
+    return [c for c in candidates if c.number_key == number and c.printed_size == total]
 
 
 def agreement_failure(evidence: Any, printing: PrintingFacts) -> str | None:

@@ -3,9 +3,9 @@
 Stage C stores the parse together with the raw text and word boxes of the read that produced it.
 Looking back at that text tells a set code printed as read from one repaired through look-alike
 glyphs, a number printed in a collector form ("041/281", "C 0100") from a bare number that frame
-junk reads like, and a marked copyright year from a stray one. The digit look-alikes and the
-rarity-then-number pattern are Stage C's own; the slash and year patterns here are simpler than
-Stage C's (no glued-letter prefix, no word boundaries), as they only look for a form in the text.
+junk reads like, the set size printed after the number, a letter read for the number's first
+digit ("t74/274"), and a marked copyright year from a stray one. The number forms and look-alikes
+are the shared collector-line table's (``catalog/collector_line.py``), the ones Stage C parsed with.
 """
 
 from __future__ import annotations
@@ -14,16 +14,25 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
-from ..stage_c.parse import DIGIT_LOOKALIKES, RARITY_NUMBER
+from ..catalog.collector_line import DIGIT_LOOKALIKES, LEADING_DIGIT_LOOKALIKES, RARITY_NUMBER, SLASH_NUMBER
 
 # Tesseract word confidence (0-100) at which one read of a set code counts as confirmed.
 STRONG_WORD_CONFIDENCE = 90.0
 # Bullets that OCR glues to the end of a set code ("DMUe EN").
 _BULLET_LETTERS = "eoa"
 _TOKEN = re.compile(r"[A-Za-z0-9]+")
-_SLASH_NUMBER = re.compile(r"((?:[0-9OoIlSB] ?){0,3}[0-9OoIlSB][a-z]?)\s*[/|\\]\s*[0-9OoIlSB]{1,4}")
 _MARKED_YEAR = re.compile(r"(?:\u00a9|\(c\)|\bc\)|copyright|&)\s*(?:(?:19|20)\d{2}\s*[-\u2013]\s*)?((?:19|20)\d{2})",
                           re.IGNORECASE)
+
+
+@dataclass(frozen=True)
+class RepairedNumber:
+    """A number read with a letter for its first digit ("t74/274"), as the digit it looks like ("174"),
+    with the total printed beside it. Only a guess until the catalogue has it for the card's name."""
+
+    number: str        # normalised
+    printed: str       # as read, letter included
+    total: int | None
 
 
 @dataclass(frozen=True)
@@ -33,6 +42,8 @@ class CollectorReading:
     set_code_as_printed: bool        # the code is a whole token of the text, in capitals (a bullet peeled off)
     set_code_confidence: float | None  # best Tesseract confidence of a word holding it as printed
     number_in_collector_form: bool   # the number is printed over a set size or after a rarity letter
+    printed_total: int | None = None  # the set size printed after the number ("041/281" -> 281)
+    repairs: tuple[RepairedNumber, ...] = ()  # look-alike repairs of a letter read before the number
 
     @property
     def set_code_confirmed(self) -> bool:
@@ -67,11 +78,27 @@ def read_collector(evidence: Any) -> CollectorReading:
         confs = [float(box.get("conf", -1)) for box in getattr(evidence, "collector_word_boxes", None) or []
                  if isinstance(box, dict) and _holds_code(str(box.get("text", "")), code)]
         confidence = max(confs) if confs else None
-    collector_form = number is not None and any(
-        _number_key(m.group(1)) == number
-        for pattern in (_SLASH_NUMBER, RARITY_NUMBER) for m in pattern.finditer(text)
-    )
-    return CollectorReading(as_printed, confidence, collector_form)
+    total = None
+    repairs: list[RepairedNumber] = []
+    collector_form = False
+    for m in SLASH_NUMBER.finditer(text):
+        read_total = _total(m.group(3))
+        if number is not None and _number_key(m.group(2)) == number:
+            collector_form = True
+            total = total if total is not None else read_total
+        glued = m.group(1)
+        lead = glued[-1] if glued else ""
+        if lead and lead.translate(LEADING_DIGIT_LOOKALIKES) != lead:
+            repaired = _number_key(lead.translate(LEADING_DIGIT_LOOKALIKES) + m.group(2))
+            repairs.append(RepairedNumber(repaired, lead + m.group(2), read_total))
+    collector_form = collector_form or (number is not None and any(
+        _number_key(m.group(1)) == number for m in RARITY_NUMBER.finditer(text)))
+    return CollectorReading(as_printed, confidence, collector_form, total, tuple(repairs))
+
+
+def _total(raw: str) -> int | None:
+    digits = raw.translate(DIGIT_LOOKALIKES)
+    return int(digits) if digits.isdigit() else None
 
 
 def year_is_marked(evidence: Any) -> bool:

@@ -16,8 +16,8 @@ from typing import Callable, Iterator, Sequence
 import sqlalchemy as sa
 from sqlalchemy.orm import Session
 
+from ..catalog.evidence_facts import current_evidence
 from ..catalog.models import Card, PrintingVote, ScanLog, StageDPass
-from ..stage_c.current import current_evidence
 from . import agents as A
 from .consensus import recompute_consensus
 from .decision import Decision
@@ -137,7 +137,7 @@ def _run_chunk(engine: sa.Engine, ids: list[int], run_id: str, index: NameIndex)
         complete = complete_set_codes(session, {ev.collector_set_code for ev in evidence.values()
                                                 if ev.collector_set_code})
         decisions = {
-            c.id: decide_join_key(evidence[c.id], candidates[c.id], index.lexicon, c.dpi, complete)
+            c.id: decide_join_key(evidence[c.id], candidates[c.id], index.lexicon, c.dpi, complete, c.name)
             for c in work if (c.id, A.JOIN_KEY_AGENT) not in seen
         }
         written, logged = persist(A.JOIN_KEY_AGENT, decisions)

@@ -3,13 +3,16 @@
 from __future__ import annotations
 
 import json
+from datetime import date
 from pathlib import Path
 
 import pytest
 from typer.testing import CliRunner
 
 from stage_e_dagster.cli.main import app
+from stage_e_dagster.corpus.catalogue import PrintingSpec
 from stage_e_dagster.corpus.photo import CONDITIONS
+from stage_e_dagster.corpus.render import Variant, render_face
 
 runner = CliRunner()
 
@@ -108,3 +111,33 @@ def test_seed_by_default_writes_where_stage_c_reads(tmp_path: Path, monkeypatch:
     bulk = runner.invoke(app, ["bulk", "--stage", "c", "--json"])
     report = json.loads(bulk.output)
     assert report["attempted"] == 3 and report["config_refused"] == 0 and report["completed"] == 3
+
+
+def test_evaluate_a_folder_of_photos_with_a_labels_csv(tmp_path: Path) -> None:
+    """``stage-e evaluate FOLDER``: the stages on the photos in a scratch catalogue built from
+    ``labels.csv``; per-photo rows and totals (issue 20, item 7). Rendered cards stand in for photos."""
+    folder = tmp_path / "photos"
+    folder.mkdir()
+    rows = ["file,set,collector_number,printed_collector_text,lang,name,artist,border_color"]
+    for code, number, size, name in (("dmu", "41", 281, "Broodhunter Wurm"), ("fdn", "100", 271, "Krosan Tusker")):
+        spec = PrintingSpec(key=code, set_code=code.upper(), name=name, collector_number=number, lang="en",
+                            rarity="C", artist="Ann Artist", border_color="black", frame="2015", style="slash",
+                            released=date(2022, 9, 9), set_size=size, art_seed=4)
+        render_face(spec, Variant(height=1000)).save(folder / f"{code}.png")
+        rows.append(f"{code}.png,{code},{number},{int(number):03d}/{size} C / {code.upper()} \u2022 EN,en,{name},"
+                    "Ann Artist,black")
+    (folder / "labels.csv").write_text("\n".join(rows) + "\n", encoding="utf-8")
+
+    out = runner.invoke(app, ["evaluate", str(folder), "--json"])
+    assert out.exit_code == 0, out.output
+    report = json.loads(out.output)
+    assert report["totals"] == {"photos": 2, "collector_number_right": 2, "collector_number_printed": 2,
+                                "set_code_right": 2, "set_code_printed": 2, "votes": 2, "wrong_votes": 0,
+                                "cards_voted": 2}
+    assert [(p["file"], p["join_key"], p["votes"]) for p in report["photos"]] == [
+        ("dmu.png", "vote", ["dmu/41"]), ("fdn.png", "vote", ["fdn/100"])]
+    table = runner.invoke(app, ["evaluate", str(folder)])
+    assert "collector_number_right" in table.output and "dmu.png" in table.output
+    (folder / "labels.csv").write_text("file,set\n", encoding="utf-8")
+    refused = runner.invoke(app, ["evaluate", str(folder)])
+    assert "missing column(s) collector_number, lang, name" in str(refused.exception)

@@ -4,13 +4,17 @@ from __future__ import annotations
 
 import io
 import random
+from datetime import date
 
+import numpy as np
 import pytest
 from PIL import Image
 
+from stage_e_dagster.catalog.evidence_facts import LAYOUT_CONFIDENCE_BAR
 from stage_e_dagster.corpus.catalogue import PrintingSpec, build_catalogue
 from stage_e_dagster.corpus.render import Variant, encode, render_card, render_face
 from stage_e_dagster.stage_c.compute import compute_evidence
+from stage_e_dagster.stage_c.extractors import read_border
 from stage_e_dagster.stage_c.hashing import art_phash, hamming
 from stage_e_dagster.stage_c.manifest import MANIFEST_VERSIONS
 
@@ -84,3 +88,25 @@ def test_quality_and_colour_signals(card_jpeg: bytes) -> None:
     assert result.fields["is_truncated"] is False and result.fields["blur_variance"] > 0
     assert 0 < result.fields["entropy"] <= 8 and len(result.fields["color_mean_rgb"]) == 3
     assert result.fields["fetch_ok"] is True and result.fields["image_format"] == "JPEG"
+
+
+def test_border_confidence_is_the_reading_s_own_agreement() -> None:
+    """Issue 20, item 3: a busy band is art at the edge or a sliver of stack, table or sleeve inside a
+    loose quad. A borderless reading from three busy sides of a white card stays below the veto bar
+    even on a confident quad; a border all four sides agree on reaches it."""
+    spec = PrintingSpec(key="w", set_code="4ED", name="Plague Rats", collector_number="154", lang="en", rarity="C",
+                        artist="Anson Maddocks", border_color="white", frame="1993", style="old",
+                        released=date(1995, 4, 1), set_size=378, art_seed=5)
+    clean = render_face(spec, Variant(height=1000))
+    reading = read_border(clean, "trimmed")
+    assert (reading.colour, reading.sides_agreeing, reading.agreement) == ("white", 4, 1.0)
+
+    on_stack = np.asarray(clean).copy()
+    h, w = on_stack.shape[:2]
+    rng = np.random.default_rng(7)
+    edge = round(0.075 * w)
+    for region in (np.s_[:edge, :], np.s_[:, :edge], np.s_[:, w - edge:]):  # the stack's edges inside the quad
+        on_stack[region] = rng.integers(0, 256, on_stack[region].shape, dtype=np.uint8)
+    reading = read_border(Image.fromarray(on_stack), "trimmed")
+    assert reading.colour == "borderless"
+    assert 1.0 * reading.agreement < LAYOUT_CONFIDENCE_BAR  # no veto, whatever the localisation's confidence

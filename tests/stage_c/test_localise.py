@@ -7,6 +7,7 @@ import csv
 import io
 import math
 import random
+from datetime import date
 from pathlib import Path
 
 import numpy as np
@@ -14,7 +15,7 @@ import pytest
 from PIL import Image, ImageDraw, ImageFilter
 
 from stage_e_dagster.corpus.catalogue import PrintingSpec, build_catalogue
-from stage_e_dagster.corpus.render import Variant, render_card
+from stage_e_dagster.corpus.render import Variant, render_card, render_face
 from stage_e_dagster.stage_c.compute import compute_evidence
 from stage_e_dagster.stage_c.decode import decode_image
 from stage_e_dagster.stage_c.extractors import ImageContext, collector_line_ocr
@@ -130,7 +131,10 @@ def test_card_is_found_and_read_through_the_real_stage_c_path(kind: str, tilt: f
     assert result.fields["collector_number"] == p.collector_number
     assert result.fields["collector_set_code"] == p.set_code.lower()
     assert result.fields["layout_class"] == p.border_color
-    assert result.fields["layout_confidence"] >= CONFIDENCE_BAR
+    # A borderless reading (busy bands: art at the edge, or a sliver of background) weighs 0.55 of a
+    # coloured one (issue 20, item 3): on this quad it is kept, below the veto bar.
+    floor = CONFIDENCE_BAR * (0.55 * 0.9 if p.border_color == "borderless" else 1.0)
+    assert result.fields["layout_confidence"] >= floor
     assert (result.fields["width"], result.fields["height"]) == photo.size  # geometry describes the source
 
 
@@ -219,3 +223,27 @@ def test_real_photo_card_is_found_and_its_border_read(row: dict[str, str] | None
     assert result.fields["localisation_rotation"] == 0
     assert result.fields["bleed_class"] == "trimmed"  # a photographed card has no bleed
     assert result.fields["layout_class"] == row["border_color"]
+
+
+def test_an_upright_card_the_rules_panel_turned_over_is_turned_back_by_its_text() -> None:
+    """Issue 20, item 3: pale plain art over a dark, busy rules box looks like a card upside down to
+    the rules-panel cue; the bottom band of the card as found reads nothing, the band of the card
+    turned over reads its collector line, so the card is upright after all."""
+    spec = PrintingSpec(key="r", set_code="DMU", name="Broodhunter Wurm", collector_number="41", lang="en",
+                        rarity="C", artist="Svetlin Velinov", border_color="black", frame="2015", style="slash",
+                        released=date(2022, 9, 9), set_size=281, art_seed=3)
+    card = render_face(spec, Variant(height=1000))
+    w, h = card.size
+    ImageDraw.Draw(card).rectangle((round(0.075 * w), round(0.11 * h), round(0.925 * w), round(0.555 * h)),
+                                   fill=(238, 234, 224))
+    rng = np.random.default_rng(3)
+    arr = np.asarray(card).copy()
+    y0, y1, x0, x1 = round(0.626 * h), round(0.872 * h), round(0.07 * w), round(0.93 * w)
+    arr[y0:y1, x0:x1] = (rng.integers(0, 90, (y1 - y0, x1 - x0, 1)) + np.array([40, 10, 80])).astype(np.uint8)
+    photo = _background("table", (1000, 1300), 3)
+    photo.paste(Image.fromarray(arr), (140, 150))
+
+    assert localise_card(photo).rotation == 180  # the panel cue alone turns it over
+    result = compute_evidence("h", _jpeg(photo), latency_ms=1.0, lexicon=frozenset({"dmu"}))
+    assert result.fields["localisation_rotation"] == 0
+    assert (result.fields["collector_number"], result.fields["collector_set_code"]) == ("41", "dmu")

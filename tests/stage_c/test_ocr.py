@@ -223,3 +223,17 @@ def test_local_threshold_keeps_plain_ground_blank() -> None:
     ramp = Image.fromarray(np.tile(np.linspace(0, 255, 400), (80, 1)).astype(np.uint8))
     for ground in (ramp, Image.new("L", (400, 80), 30), Image.new("L", (400, 80), 220)):
         assert ocr._sauvola(ground, radius=40).getextrema() == (255, 255)
+
+
+def test_dark_text_on_a_mid_tone_frame_above_a_black_border_is_read() -> None:
+    """Issue 20: a blue 2012 card's copyright line, dark type on a mid-tone frame with the black
+    border under it. The median guessed light-on-dark and inverted it, so every tier read noise;
+    the flipped local tier reads the number at the end of the copyright line."""
+    width, height = 700, 4 * FONT_PX + 16
+    ground = Image.new("RGB", (width, height), (12, 12, 14))
+    ImageDraw.Draw(ground).rectangle((0, 0, width, 3 * FONT_PX + 8), fill=(70, 105, 190))
+    band = collector_band(("Jaime Jones", "TM & (c) 1993-2012 Wizards of the Coast LLC 68/244"), ground=ground,
+                          ink=15)
+    read = read_bottom_lines(band, FACE_HEIGHT, frozenset({"avr"}))
+    assert read.collector.collector_number == "68", read.raw_text
+    assert read.copyright_year == 2012

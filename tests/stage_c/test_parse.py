@@ -184,3 +184,14 @@ def test_a_weak_bare_number_does_not_stop_the_read_tiers() -> None:
     assert not _usable(parse_collector_lines("6\nJEN \u2022 EN", LEXICON), LEXICON)   # beside a repaired code
     assert _usable(parse_collector_lines("6\nDMU \u2022 EN", LEXICON), LEXICON)
     assert _usable(parse_collector_lines("041/281 C\nDMU \u2022 EN", LEXICON), LEXICON)
+
+
+def test_set_and_language_read_as_one_token_through_a_misread_bullet() -> None:
+    """Issue 20: the bullet of ``BFZ • EN`` read as a letter glues the line into one token."""
+    lexicon = frozenset({"bfz", "dmu"})
+    for text, code in (("174/274C\nBFZBEN", "bfz"), ("174/274C\nBFZHEN", "bfz"), ("078/281U\nDMUREN", "dmu")):
+        parse = parse_collector_lines(text, lexicon)
+        assert (parse.set_code, parse.language, parse.set_code_known) == (code, "en", True), text
+    # Only a known code as printed, at the start of the line, with a language after one glued glyph.
+    assert parse_collector_lines("041/281 C\nXDMUREN", lexicon).set_code is None
+    assert parse_collector_lines("041/281 C\nZZQBEN", lexicon).set_code is None

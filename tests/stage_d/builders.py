@@ -21,10 +21,11 @@ class CatalogueBuilder:
         self.engine = engine
         self.expansions: dict[str, int] = {}
 
-    def expansion(self, code: str, released: date = date(2020, 1, 1)) -> int:
+    def expansion(self, code: str, released: date = date(2020, 1, 1), printed_size: int | None = None) -> int:
+        """A set; ``printed_size`` is the total it prints after the number (Scryfall's printed_size)."""
         if code not in self.expansions:
             with Session(self.engine) as s, s.begin():
-                exp = Expansion(code=code, name=f"Set {code}", released_at=released)
+                exp = Expansion(code=code, name=f"Set {code}", released_at=released, printed_size=printed_size)
                 s.add(exp)
                 s.flush()
                 self.expansions[code] = exp.id

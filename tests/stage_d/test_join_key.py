@@ -30,8 +30,9 @@ def ev(**fields: Any) -> SimpleNamespace:
 
 
 def pf(pid: int, code: str, number: str, *, lang: str = "en", artist: str = "Ann Artist", border: str = "black",
-       frame: str = "2015", released: date = date(2022, 9, 9)) -> PrintingFacts:
-    return PrintingFacts(pid, code, number, lang, artist, border, frame, released, None)
+       frame: str = "2015", released: date = date(2022, 9, 9), printed_size: int | None = 281) -> PrintingFacts:
+    """A candidate; its set prints 281 after the number, as ``printed_collector_text`` reads."""
+    return PrintingFacts(pid, code, number, lang, artist, border, frame, released, None, printed_size)
 
 
 DMU_41 = pf(1, "dmu", "41")
@@ -43,9 +44,10 @@ def test_set_code_and_number_vote() -> None:
     assert (d.kind, d.printing_id, d.confidence) == ("vote", 1, 0.85)
 
 
-def test_number_only_when_no_set_code_was_read() -> None:
+def test_number_and_printed_total_when_no_set_code_was_read() -> None:
     d = decide_join_key(ev(collector_set_code=None), [DMU_41, pf(3, "fdn", "7")], LEXICON)
-    assert (d.kind, d.printing_id, d.confidence) == ("vote", 1, 0.75)
+    assert (d.kind, d.printing_id, d.confidence) == ("vote", 1, 0.8)
+    assert d.detail["confirmed_by"] == "printed-total"
     d = decide_join_key(ev(collector_set_code=None), [DMU_41, FDN_41], LEXICON)
     assert (d.kind, d.reason) == ("abstain", A.AMBIGUOUS)
 
@@ -127,12 +129,53 @@ def test_bare_number_without_a_printed_set_code_never_votes() -> None:
     assert decide_join_key(beside_code, [DMU_41], LEXICON).kind == "vote"
 
 
-def test_glued_and_copyright_line_numbers_count_as_collector_form() -> None:
-    glued = ev(collector_set_code=None, collector_number="74", collector_line_raw_text="t74/274 C")
-    assert decide_join_key(glued, [pf(7, "dmu", "74")], LEXICON).printing_id == 7
+def test_copyright_line_number_confirmed_by_its_printed_total() -> None:
     old = ev(collector_set_code=None, collector_number="68",
              collector_line_raw_text="TM & \u00a9 1993-2012 Wizards of the Coast LLC 68/244")
-    assert decide_join_key(old, [pf(8, "avr", "68", frame="2003")], LEXICON).printing_id == 8
+    avr = pf(8, "avr", "68", frame="2003", printed_size=244)
+    assert decide_join_key(old, [avr, pf(9, "ema", "68")], LEXICON).printing_id == 8
+
+
+# Issue 20, item 2: a reading counts only when the catalogue confirms it.
+
+def test_number_confirmed_by_its_printed_total_with_the_set_code_unreadable() -> None:
+    # "DMU-E" read where "DMU \u2022 EN" is printed: no known code; the total 281 names the set.
+    unreadable = ev(collector_set_code="dmue", collector_line_raw_text="041/281 C\nDMU-E")
+    fdn_41 = pf(2, "fdn", "41", printed_size=271)
+    d = decide_join_key(unreadable, [DMU_41, fdn_41], LEXICON)
+    assert (d.kind, d.printing_id, d.detail.get("confirmed_by")) == ("vote", 1, "printed-total")
+    no_code = ev(collector_set_code=None)
+    assert decide_join_key(no_code, [DMU_41, fdn_41], LEXICON).printing_id == 1
+    # Both sets print 281: the total cannot tell them apart.
+    assert decide_join_key(no_code, [DMU_41, FDN_41], LEXICON).reason == A.AMBIGUOUS
+
+
+def test_a_number_the_catalogue_cannot_confirm_is_a_weak_reading() -> None:
+    unsized = pf(1, "dmu", "41", printed_size=None)
+    d = decide_join_key(ev(collector_set_code=None), [unsized], LEXICON)
+    assert (d.kind, d.reason) == ("abstain", A.UNCONFIRMED_READING)
+    other_total = pf(1, "dmu", "41", printed_size=250)
+    assert decide_join_key(ev(collector_set_code=None), [other_total], LEXICON).reason == A.UNCONFIRMED_READING
+
+
+def test_a_total_that_contradicts_the_read_set_vetoes() -> None:
+    d = decide_join_key(ev(), [pf(1, "dmu", "41", printed_size=250)], LEXICON)
+    assert (d.kind, d.reason) == ("abstain", A.TOTAL_MISMATCH)
+
+
+def test_look_alike_repair_counts_when_the_catalogue_holds_the_repaired_number() -> None:
+    # "t74/274": the 1 of 174 read as a t. The name has 74 in a set of 281 and 174 in a set of 274.
+    glued = ev(collector_set_code=None, collector_number="74", collector_line_raw_text="t74/274 C")
+    d = decide_join_key(glued, [pf(7, "dmu", "74"), pf(8, "bfz", "174", printed_size=274)], LEXICON)
+    assert (d.kind, d.printing_id, d.detail["number"], d.detail["read_as"]) == ("vote", 8, "174", "t74")
+    assert d.detail["confirmed_by"] == "look-alike-repair"
+
+
+def test_look_alike_repair_refused_when_the_catalogue_has_no_such_number() -> None:
+    glued = ev(collector_set_code=None, collector_number="74", collector_line_raw_text="t74/274 C")
+    d = decide_join_key(glued, [pf(7, "dmu", "74"), pf(8, "bfz", "175", printed_size=274)], LEXICON)
+    assert (d.kind, d.reason) == ("abstain", A.REPAIR_UNCONFIRMED)
+    assert d.detail["repairs"] == ["t74"]
 
 
 def test_unsure_border_reading_is_no_veto() -> None:
@@ -157,3 +200,44 @@ def test_a_stray_year_is_no_veto() -> None:
     assert decide_join_key(stray, [DMU_41], LEXICON).kind == "vote"
     ranged = ev(copyright_year=2012, legal_raw_text="TM & \u00a9 1993-2012 Wizards of the Coast LLC")
     assert decide_join_key(ranged, [pf(8, "dmu", "41", released=date(2012, 5, 4))], LEXICON).kind == "vote"
+
+
+# Issue 20, item 5: the title bar's name against the name the upload carries.
+
+def test_a_title_that_reads_the_upload_s_name_raises_confidence() -> None:
+    d = decide_join_key(ev(title_text="Broodhunter Wurm"), [DMU_41], LEXICON, name="Broodhunter Wurm")
+    assert (d.kind, d.confidence, d.detail["title_agrees"]) == ("vote", 0.9, 1.0)
+    start = decide_join_key(ev(title_text="Krosan TuskeF"), [DMU_41], LEXICON, name="Krosan Tusker")
+    assert start.confidence == 0.9
+    other_face = decide_join_key(ev(title_text="Insectile Aberration"), [DMU_41], LEXICON,
+                                 name="Delver of Secrets // Insectile Aberration")
+    assert other_face.confidence == 0.9
+
+
+def test_a_title_that_names_another_card_blocks_the_vote() -> None:
+    d = decide_join_key(ev(title_text="Lightning Shrieker"), [DMU_41], LEXICON, name="Broodhunter Wurm")
+    assert (d.kind, d.reason, d.detail["title"]) == ("abstain", A.NAME_DISAGREES, "Lightning Shrieker")
+
+
+def test_a_title_in_the_printing_s_language_agrees() -> None:
+    german = PrintingFacts(1, "dmu", "41", "de", "Ann Artist", "black", "2015", date(2022, 9, 9), None, 281,
+                           "Brutjäger-Wurm")
+    d = decide_join_key(ev(title_text="Brutjäger-Wurm", collector_language="de"), [german], LEXICON,
+                        name="Broodhunter Wurm")
+    assert (d.kind, d.confidence) == ("vote", 0.9)
+
+
+def test_a_title_too_short_or_unread_says_nothing() -> None:
+    for title in (None, "", "—", "Rats"):
+        d = decide_join_key(ev(title_text=title), [DMU_41], LEXICON, name="Broodhunter Wurm")
+        assert (d.kind, d.confidence) == ("vote", 0.85), title
+
+
+def test_look_alike_repair_inside_the_read_set() -> None:
+    # "t74/274" beside "DMU • EN": dmu has no 74 for the name, but has 174.
+    glued = ev(collector_number="74", collector_line_raw_text="t74/274 C\nDMU \u2022 EN")
+    d = decide_join_key(glued, [pf(7, "dmu", "174", printed_size=274), pf(8, "fdn", "74")], LEXICON)
+    assert (d.kind, d.printing_id, d.detail["read_as"], d.detail["confirmed_by"]) == \
+        ("vote", 7, "t74", "look-alike-repair")
+    # Without 174 in dmu the repair is refused: the number is simply not in the read set.
+    assert decide_join_key(glued, [pf(7, "dmu", "175"), pf(8, "fdn", "74")], LEXICON).reason == A.NUMBER_NOT_IN_SET

@@ -62,6 +62,9 @@ def test_layouts_numbers_and_languages(engine: sa.Engine) -> None:
         # Scryfall's card count is kept (the fixture holds a few cards of each set, so none is complete).
         counts = dict(conn.execute(sa.select(Expansion.code, Expansion.card_count)).all())
         assert (counts["lea"], counts["isd"], counts["neo"]) == (4, 5, 3)
+        # And the total printed after the number, where the set prints one (Stage D confirms by it).
+        sizes = dict(conn.execute(sa.select(Expansion.code, Expansion.printed_size)).all())
+        assert (sizes["isd"], sizes["neo"], sizes["lea"]) == (264, 302, None)
 
 
 def test_progress_reports_records_read_and_the_share_of_the_file_for_a_time_left(engine: sa.Engine) -> None:

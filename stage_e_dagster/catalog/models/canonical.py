@@ -23,6 +23,9 @@ class Expansion(Base):
     card_count: Mapped[int | None] = mapped_column(
         sa.Integer, comment="Scryfall's card_count for the set; NULL when not imported"
     )
+    printed_size: Mapped[int | None] = mapped_column(
+        sa.Integer, comment="Scryfall's printed_size: the total printed after the number"
+    )
 
     printings: Mapped[list["Printing"]] = relationship(back_populates="expansion")
 

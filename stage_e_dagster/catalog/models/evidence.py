@@ -80,6 +80,9 @@ class ImageEvidence(Base):
     entropy: Mapped[float | None] = mapped_column(sa.Float)
     color_mean_rgb: Mapped[list[Any] | None] = mapped_column(sa.JSON)
     color_stddev_rgb: Mapped[list[Any] | None] = mapped_column(sa.JSON)
+    # title_ocr
+    title_text: Mapped[str | None] = mapped_column(sa.String(200), comment="confident words of the title bar")
+    title_confidence: Mapped[float | None] = mapped_column(sa.Float, comment="their mean Tesseract confidence")
 
     writer: Mapped[str] = mapped_column(sa.String(80), comment="dispatch:<run>, bulk:<id>, or a person")
     run_id: Mapped[str | None] = mapped_column(sa.String(64), index=True)

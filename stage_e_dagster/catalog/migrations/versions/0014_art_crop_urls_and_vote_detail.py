@@ -3,14 +3,14 @@ catalog hash-art` can give printings an art hash without a local folder of image
 the hash came from; and what a calculator saw when it voted (the fallback's art distances)
 
 Revision ID: 0014
-Revises: 0009
+Revises: 0013
 """
 
 import sqlalchemy as sa
 from alembic import op
 
 revision = "0014"
-down_revision = "0009"
+down_revision = "0013"
 branch_labels = None
 depends_on = None
 

@@ -1,0 +1,239 @@
+"""Evaluate Stage C and Stage D on a folder of card photos labelled by a CSV, in a scratch catalogue.
+
+The folder holds the images and ``labels.csv`` with one row per photo: ``file``, ``set``,
+``collector_number``, ``lang``, ``name`` (optionally ``artist``, ``border_color``,
+``printed_collector_text``, ``released``, ``frame``). The catalogue is built from the labels
+alone, in a new SQLite file: each photo's true printing plus decoys beside it (its The List
+reprint, the same name under the same number in another set, a neighbour in the same set), so a
+careless vote has somewhere wrong to go. The real Stage C then Stage D run on the photos, and
+each photo's readings, its join-key outcome and its votes are compared with its label.
+"""
+
+from __future__ import annotations
+
+import csv
+import re
+import tempfile
+from dataclasses import dataclass, field
+from datetime import date
+from pathlib import Path
+from typing import Any
+
+import sqlalchemy as sa
+from sqlalchemy.orm import Session
+
+from ..catalog.engine import make_engine
+from ..catalog.evidence_facts import present_evidence
+from ..catalog.migrate import upgrade
+from ..catalog.models import Card, Expansion, Printing, PrintingVote, ScanLog
+from ..stage_d.agents import JOIN_KEY_AGENT
+from ..stage_d.names import normalize_collector_number, normalize_name
+from .labels import LabelFileError
+
+LABELS_FILE = "labels.csv"
+REQUIRED_COLUMNS = ("file", "set", "collector_number", "lang", "name")
+DECOY_SET = "ema"      # the same name under the same number in another set
+LIST_SET = "plst"      # The List, where Scryfall files reprints as "AVR-68"
+# A printed "number/total": the total is the set's printed size, which a reading can be checked against.
+_PRINTED_TOTAL = re.compile(r"\b\d{1,4}[a-z]?\s*/\s*(\d{1,4})\b")
+
+
+@dataclass(frozen=True)
+class PhotoLabel:
+    file: str
+    set_code: str
+    number: str
+    lang: str
+    name: str
+    artist: str | None = None
+    border: str | None = None
+    printed_text: str = ""
+    released: date | None = None
+    frame: str | None = None
+
+    @property
+    def printed_total(self) -> int | None:
+        match = _PRINTED_TOTAL.search(self.printed_text)
+        return int(match.group(1)) if match else None
+
+
+@dataclass
+class PhotoResult:
+    label: PhotoLabel
+    read_set: str | None = None
+    read_number: str | None = None
+    outcome: str | None = None          # the join key's scan-log reason, or "vote"
+    votes: list[str] = field(default_factory=list)   # "set/number" or "no-match", per machine vote
+    wrong_votes: int = 0
+
+    @property
+    def number_right(self) -> bool:
+        return self.read_number is not None and (
+            normalize_collector_number(self.read_number) == normalize_collector_number(self.label.number))
+
+    @property
+    def set_right(self) -> bool:
+        return (self.read_set or "") == self.label.set_code
+
+
+def load_photo_labels(path: Path) -> list[PhotoLabel]:
+    """Rows of a labels CSV; a missing file, column or value is a :class:`LabelFileError`."""
+    try:
+        with open(path, newline="", encoding="utf-8") as fh:
+            reader = csv.DictReader(fh)
+            missing = [c for c in REQUIRED_COLUMNS if c not in (reader.fieldnames or [])]
+            if missing:
+                raise LabelFileError(f"{path}: missing column(s) {', '.join(missing)}")
+            rows = list(reader)
+    except OSError as exc:
+        raise LabelFileError(f"cannot read label file {path}: {exc.strerror or exc}") from None
+    labels = []
+    for line, row in enumerate(rows, start=2):
+        empty = [c for c in ("file", "set", "name") if not (row.get(c) or "").strip()]
+        if empty:
+            raise LabelFileError(f"{path}:{line}: empty {', '.join(empty)}")
+        released = (row.get("released") or "").strip()
+        labels.append(PhotoLabel(
+            file=row["file"].strip(), set_code=row["set"].strip().lower(),
+            number=(row.get("collector_number") or "").strip(), lang=(row.get("lang") or "en").strip().lower(),
+            name=row["name"].strip(), artist=(row.get("artist") or "").strip() or None,
+            border=(row.get("border_color") or "").strip() or None,
+            printed_text=row.get("printed_collector_text") or "",
+            released=date.fromisoformat(released) if released else None,
+            frame=(row.get("frame") or "").strip() or None,
+        ))
+    return labels
+
+
+def _inferred_frame(label: PhotoLabel) -> str:
+    """Scryfall's frame from the printed line: none printed is an old frame; a number over a total
+    with a set code is the 2015 frame; a bare number over a total (no set code) the 2003 one."""
+    if label.frame:
+        return label.frame
+    text = label.printed_text
+    if not text or text.startswith("(none"):
+        return "1993"
+    return "2015" if label.set_code.upper() in text else "2003"
+
+
+def build_photo_catalogue(engine: sa.Engine, labels: list[PhotoLabel]) -> dict[str, int]:
+    """True printings for the photos plus decoys; returns file name -> true printing id."""
+    with Session(engine) as session, session.begin():
+        sets: dict[str, Expansion] = {}
+
+        def expansion(code: str, released: date | None = None, printed_size: int | None = None) -> Expansion:
+            exp = sets.get(code)
+            if exp is None:
+                exp = sets[code] = Expansion(code=code, name=f"Set {code}", released_at=released)
+                session.add(exp)
+            if printed_size is not None:
+                exp.printed_size = printed_size
+            return exp
+
+        def printing(name: str, exp: Expansion, number: str, **facts: Any) -> Printing:
+            p = Printing(expansion=exp, name=name, normalized_name=normalize_name(name), collector_number=number,
+                         layout="normal", **facts)
+            session.add(p)
+            return p
+
+        expansion(DECOY_SET, date(2016, 6, 10))
+        expansion(LIST_SET, date(2020, 9, 25))
+        true_printings: dict[str, Printing] = {}
+        for lb in labels:
+            exp = expansion(lb.set_code, lb.released, lb.printed_total)
+            frame = _inferred_frame(lb)
+            true_printings[lb.file] = printing(lb.name, exp, lb.number, lang=lb.lang, artist=lb.artist,
+                                               border_color=lb.border, frame=frame, released_at=lb.released)
+            printing(lb.name, sets[LIST_SET], f"{lb.set_code.upper()}-{lb.number}", lang=lb.lang, artist=lb.artist,
+                     border_color="black", frame="2015")
+            same_name_same_number = sum(o.name == lb.name and o.number == lb.number for o in labels) > 1
+            if frame != "1993" and not same_name_same_number:
+                printing(lb.name, sets[DECOY_SET], lb.number, lang=lb.lang, artist=lb.artist, border_color="black",
+                         frame="2015")
+            if lb.number.isdigit():
+                printing(f"Neighbour of {lb.name}", exp, str(int(lb.number) + 1), frame=frame,
+                         released_at=lb.released)
+        session.flush()
+        return {file: p.id for file, p in true_printings.items()}
+
+
+def evaluate_photo_folder(folder: Path, labels_path: Path | None = None, *,
+                          workdir: Path | None = None) -> list[PhotoResult]:
+    """Run Stage C and Stage D on every photo ``labels_path`` (default ``FOLDER/labels.csv``) labels."""
+    folder = Path(folder).resolve()
+    return evaluate_photos(folder, load_photo_labels(labels_path or folder / LABELS_FILE), workdir=workdir)
+
+
+def evaluate_photos(folder: Path, labels: list[PhotoLabel], *, workdir: Path | None = None) -> list[PhotoResult]:
+    """Run Stage C and Stage D on every labelled photo in ``folder``; one result per label, in label order."""
+    # The stages (OCR, image decoding) load only when an evaluation runs.
+    from ..stage_c.fetch import ImageFetcher
+    from ..stage_c.run import run_stage_c
+    from ..stage_d.run import run_stage_d
+
+    folder = Path(folder).resolve()
+    absent = [lb.file for lb in labels if not (folder / lb.file).is_file()]
+    if absent:
+        raise LabelFileError(f"labelled photo(s) not in {folder}: {', '.join(absent)}")
+    with tempfile.TemporaryDirectory(dir=workdir) as scratch:
+        engine = make_engine(f"sqlite:///{Path(scratch) / 'photos.sqlite'}")
+        try:
+            upgrade(engine)
+            truth = build_photo_catalogue(engine, labels)
+            with engine.begin() as conn:
+                ids = {lb.file: int(conn.execute(sa.insert(Card).values(
+                    identifier=lb.file, name=lb.name, image_locator=(folder / lb.file).as_uri(),
+                ).returning(Card.id)).scalar_one()) for lb in labels}
+            with ImageFetcher(engine=engine, image_roots=[folder], allowed_hosts=[], timeout_s=10.0,
+                              max_bytes=50_000_000, rate_per_sec=1000.0) as fetcher:
+                run_stage_c(engine, sorted(ids.values()), writer="evaluate:photos", run_id="evaluate-photos",
+                            fetcher=fetcher)
+            run_stage_d(engine, sorted(ids.values()), run_id="evaluate-photos")
+            return _results(engine, labels, ids, truth)
+        finally:
+            engine.dispose()
+
+
+def _results(engine: sa.Engine, labels: list[PhotoLabel], ids: dict[str, int],
+             truth: dict[str, int]) -> list[PhotoResult]:
+    with Session(engine) as session:
+        evidence = present_evidence(session, ids.values())
+        where = {pid: (code, number) for pid, code, number in session.execute(
+            sa.select(Printing.id, Expansion.code, Printing.collector_number)
+            .join(Expansion, Expansion.id == Printing.expansion_id))}
+        votes = session.execute(sa.select(PrintingVote.card_id, PrintingVote.printing_id, PrintingVote.is_no_match)
+                                .where(PrintingVote.source == "ocr")).all()
+        outcomes = dict(session.execute(
+            sa.select(ScanLog.card_id, ScanLog.reason).where(ScanLog.agent_id == JOIN_KEY_AGENT)
+            .order_by(ScanLog.id)).all())
+    results = []
+    for lb in labels:
+        cid = ids[lb.file]
+        ev = evidence.get(cid)
+        result = PhotoResult(lb, read_set=ev.collector_set_code if ev else None,
+                             read_number=ev.collector_number if ev else None,
+                             outcome=outcomes.get(cid))
+        for vcid, pid, no_match in votes:
+            if vcid != cid:
+                continue
+            result.votes.append("no-match" if no_match else "/".join(where[pid]))
+            result.wrong_votes += bool(no_match or pid != truth[lb.file])
+        if result.votes and result.outcome is None:
+            result.outcome = "vote"
+        results.append(result)
+    return results
+
+
+def photo_totals(results: list[PhotoResult]) -> dict[str, int]:
+    numbered = [r for r in results if r.label.number and _inferred_frame(r.label) != "1993"]
+    with_set = [r for r in numbered if r.label.set_code.upper() in r.label.printed_text]
+    return {
+        "photos": len(results),
+        "collector_number_right": sum(r.number_right for r in results),
+        "collector_number_printed": len(numbered),
+        "set_code_right": sum(r.set_right for r in results),
+        "set_code_printed": len(with_set),
+        "votes": sum(len(r.votes) for r in results),
+        "wrong_votes": sum(r.wrong_votes for r in results),
+        "cards_voted": sum(bool(r.votes) for r in results),
+    }
