@@ -185,10 +185,17 @@ def test_two_processes_ticking_the_same_sensors_warn_in_status_and_on_the_envelo
 
 # --- item 2: the run-end reader never stalls -----------------------------------------------------
 
-def test_the_run_end_reader_passes_any_number_of_other_jobs_run_ends(pipeline: Pipeline) -> None:
+def test_the_run_end_reader_passes_any_number_of_other_jobs_run_ends(
+    pipeline: Pipeline, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import stage_e_dagster.defs.sensors.envelope_trip as envelope_trip
+
+    # A tick reads 5 run ends here instead of 100, so 12 runs of another job stand for 150 (the
+    # slow drill in test_run_end_drills.py has the real figures and the real daemon).
+    monkeypatch.setattr(envelope_trip, "RUNS_PER_TICK", 5)
     request = pipeline.tick("card_created_sensor").run_requests[0]
     pipeline.tick("envelope_trip_sensor")
-    for _ in range(150):  # quick runs of another job, all ending inside one overlap window
+    for _ in range(12):  # quick runs of another job, all ending inside one overlap window
         other = pipeline.instance.add_run(DagsterRun(job_name="stage_e_acknowledge", run_id=str(uuid.uuid4())))
         pipeline.instance.report_run_canceled(other)
     run = _dispatch_run(pipeline.instance, request.partition_key)
