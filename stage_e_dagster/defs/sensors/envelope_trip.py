@@ -183,7 +183,8 @@ def envelope_trip_sensor(context: SensorEvaluationContext, stage_e: StageEResour
     if not notes:
         return SensorResult(
             asset_events=events,
-            skip_reason=f"{ended} dispatch run(s) of {read} run end(s) read since the last tick; envelope within bars",
+            skip_reason=f"{ended} dispatch run(s) ended since the last tick; envelope within bars "
+            f"({read} run end(s) read)",
             cursor=cursor,
         )
     context.log.info("; ".join(notes))
