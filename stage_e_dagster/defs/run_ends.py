@@ -141,8 +141,9 @@ def settle_run_end(engine: sa.Engine, instance: DagsterInstance, settings: Setti
             reason = failure_reason_of(instance, run.run_id)
             alive = _last_sign_of_life(batch.started_at, batch.progress_at) if held else None
             if alive is not None and now - alive < ALIVE_WITHIN and may_be_a_live_worker(instance, run.run_id):
+                ago = (now - alive).total_seconds()
                 return RunEnd(note=f"run {run.run_id[:8]} of {key} reported failed ({reason[:160]}), but it "
-                                   f"showed progress {(now - alive).total_seconds():.0f} s ago: its batch stays its own")
+                                   f"showed progress {ago:.0f} s ago: its batch stays its own")
             outcome = fail_and_retry(
                 session,
                 batch,

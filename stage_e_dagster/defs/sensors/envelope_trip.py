@@ -17,6 +17,7 @@ import json
 import time
 from typing import Any
 
+import sqlalchemy as sa
 from dagster import (
     AssetCheckEvaluation,
     AssetKey,
@@ -101,7 +102,7 @@ def _ended_runs(instance: DagsterInstance, after: dict[str, int], start_ts: floa
     return [runs[run_id] for run_id in unique if run_id in runs], len(read)
 
 
-def _report_outbox(engine, reported: list[int]) -> tuple[list[AssetObservation], list[int]]:  # type: ignore[no-untyped-def]
+def _report_outbox(engine: sa.Engine, reported: list[int]) -> tuple[list[AssetObservation], list[int]]:
     """Mark what the last stored tick emitted, then the entries still to report, as observations."""
     with session_scope(engine) as session:
         mark_reported(session, reported, now=utcnow())
@@ -173,10 +174,10 @@ def envelope_trip_sensor(context: SensorEvaluationContext, stage_e: StageEResour
     if verdict.state != reported_check:
         events.append(verdict.evaluation())
     if side_by_side:
-        context.log.warning(
-            "; ".join(f"{len(t)} processes tick {name} side by side ({', '.join(t)})" for name, t in side_by_side.items())
-            + ": two Dagster daemons on one instance, which Dagster does not support; stop all but one"
-        )
+        said = "; ".join(f"{len(t)} processes tick {name} side by side ({', '.join(t)})"
+                         for name, t in side_by_side.items())
+        context.log.warning(f"{said}: two Dagster daemons on one instance, which Dagster does not support; "
+                            "stop all but one")
     cursor = json.dumps(
         {"after": after, "reporting": reporting, "tick": tick_at, "check": verdict.state, "observed": observed_at}
     )
