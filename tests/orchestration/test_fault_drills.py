@@ -12,6 +12,7 @@ import signal
 import subprocess
 import time
 from collections import Counter
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import psutil
@@ -20,29 +21,25 @@ import sqlalchemy as sa
 from dagster import DagsterEventType, DagsterInstance, DagsterRunStatus, RunsFilter, job, op
 
 from stage_e_dagster.catalog.engine import make_engine, session_scope
-from stage_e_dagster.catalog.models import Card, ImageEvidence, MicroBatch
+from stage_e_dagster.catalog.models import ImageEvidence, MicroBatch
 from stage_e_dagster.corpus.seed import seed_corpus
 from stage_e_dagster.defs.instance import PROJECT_ROOT, WORKSPACE_YAML
 from stage_e_dagster.defs.ledger import ledger_entries
 from tests.conftest import create_pg_database, drop_pg_database
 
 from .conftest import ImageServer
-from .test_daemon import BIN, ConcurrencyProbe, Stack, _worker_pid, assert_no_duplicates, sqlite_stack_for
+from .test_daemon import (
+    BIN,
+    ConcurrencyProbe,
+    Stack,
+    assert_no_duplicates,
+    run_with_evidence,
+    serve_over_http,
+)
 
 pytestmark = pytest.mark.slow
 
 DRILL_CARDS = 80
-
-
-def _serve_over_http(engine: sa.Engine, server: ImageServer) -> list[str]:
-    """Point every card at the test image server; returns the image names."""
-    names = []
-    with engine.begin() as conn:
-        for card_id, locator in conn.execute(sa.select(Card.id, Card.image_locator)).all():
-            name = locator.split("/corpus/", 1)[1]
-            names.append(name)
-            conn.execute(sa.update(Card).where(Card.id == card_id).values(image_locator=f"{server.base}/{name}"))
-    return names
 
 
 @pytest.mark.postgres
@@ -54,7 +51,7 @@ def test_two_daemons_on_one_postgres_instance_fetch_every_card_once_and_warn(tmp
     try:
         engine = make_engine(catalog_url)
         seed_corpus(engine, tmp_path / "corpus", cards=DRILL_CARDS, seed=19)
-        names = _serve_over_http(engine, server)
+        names = serve_over_http(engine, server)
         engine.dispose()
         for name in ("first", "second"):
             (tmp_path / name).mkdir()
@@ -125,14 +122,23 @@ def _sensor_cursor(instance: DagsterInstance, name: str) -> dict:
     return json.loads(data.cursor) if data is not None and getattr(data, "cursor", None) else {}
 
 
-def test_the_run_end_cursor_passes_150_other_runs_and_settles_a_sigkilled_run_itself(
-    corpus_template: Path, tmp_path: Path
-) -> None:
-    server = ImageServer(corpus_template / "corpus")
+@pytest.mark.postgres
+def test_the_run_end_cursor_passes_150_other_runs_and_settles_a_sigkilled_run_itself(tmp_path: Path) -> None:
+    catalog_url = create_pg_database("stage_e_19a_catalog")
+    dagster_url = create_pg_database("stage_e_19a_dagster", migrate=False)
+    server = ImageServer(tmp_path / "corpus")
     server.delay_s = 0.6  # slow images so the kill lands mid-batch
-    stack = sqlite_stack_for(corpus_template, tmp_path, batch_size=5, cap=1)
+    engine = make_engine(catalog_url)
+    seed_corpus(engine, tmp_path / "corpus", cards=10, seed=23)
+    serve_over_http(engine, server)
+    engine.dispose()
+    stack = Stack(
+        tmp_path, catalog_url, tmp_path / "corpus",
+        instance_yaml=PROJECT_ROOT / "deploy" / "dagster.postgres.yaml",
+        extra_env={"DAGSTER_PG_URL": dagster_url, "STAGE_E_MICRO_BATCH_SIZE": "5",
+                   "STAGE_E_MAX_CONCURRENT_DISPATCHES": "1"},
+    )
     try:
-        _serve_over_http(stack.engine, server)
         # Only envelope_trip_sensor may settle the kill: the dispatch sensors (whose reconcile settles
         # what the envelope sensor misses) are stopped, and the dispatch run comes from `stage-e sweep`.
         for sensor in ("card_created_sensor", "evidence_changed_sensor"):
@@ -144,8 +150,8 @@ def test_the_run_end_cursor_passes_150_other_runs_and_settles_a_sigkilled_run_it
         stack.wait_until(lambda: bool(_sensor_cursor(instance, "envelope_trip_sensor")), timeout_s=180,
                          what="envelope_trip_sensor's first tick")
         began = time.monotonic()
-        for _ in range(150):
-            assert quick_other_job.execute_in_process(instance=instance).success
+        with ThreadPoolExecutor(3) as pool:  # three at a time: 150 run ends inside two minutes here
+            assert all(pool.map(lambda _: quick_other_job.execute_in_process(instance=instance).success, range(150)))
         quick_s = time.monotonic() - began
         newest = instance.fetch_run_status_changes(DagsterEventType.RUN_SUCCESS, limit=1).records[0].storage_id
 
@@ -157,20 +163,8 @@ def test_the_run_end_cursor_passes_150_other_runs_and_settles_a_sigkilled_run_it
         swept = stack.stage_e("sweep")
         assert swept.returncode == 0, swept.stdout + swept.stderr
         victim: dict[str, str] = {}
-
-        def run_with_evidence() -> bool:
-            for run in instance.get_runs(RunsFilter(statuses=[DagsterRunStatus.STARTED])):
-                with session_scope(stack.engine) as session:
-                    written = session.execute(
-                        sa.select(sa.func.count()).select_from(ImageEvidence).where(ImageEvidence.run_id == run.run_id)
-                    ).scalar_one()
-                pid = _worker_pid(instance, run.run_id)
-                if written >= 1 and pid is not None:
-                    victim.update(run_id=run.run_id, pid=str(pid), key=run.tags["dagster/partition"])
-                    return True
-            return False
-
-        stack.wait_until(run_with_evidence, timeout_s=300, what="a sweep run that has written evidence")
+        stack.wait_until(lambda: run_with_evidence(instance, stack.engine, victim), timeout_s=300,
+                         what="a sweep run that has written evidence")
         psutil.Process(int(victim["pid"])).send_signal(signal.SIGKILL)
 
         def settled() -> bool:
@@ -178,6 +172,13 @@ def test_the_run_end_cursor_passes_150_other_runs_and_settles_a_sigkilled_run_it
                 return session.get(MicroBatch, victim["key"]).status == "failed"  # type: ignore[union-attr]
 
         stack.wait_until(settled, timeout_s=300, what="envelope_trip_sensor to settle the killed run")
+        kill = instance.get_records_for_run(victim["run_id"], of_type=DagsterEventType.RUN_FAILURE).records[-1]
+
+        def passed_the_kill() -> bool:
+            after = _sensor_cursor(instance, "envelope_trip_sensor").get("after", {})
+            return int(after.get(DagsterEventType.RUN_FAILURE.value, 0)) >= kill.storage_id
+
+        stack.wait_until(passed_the_kill, timeout_s=120, what="the cursor to pass the kill's run end")
         with session_scope(stack.engine) as session:
             batch = session.get(MicroBatch, victim["key"])
             assert batch is not None and batch.failure_reason.startswith("run worker died"), batch.failure_reason
@@ -187,6 +188,8 @@ def test_the_run_end_cursor_passes_150_other_runs_and_settles_a_sigkilled_run_it
             return any(e.batch_key == victim["key"] and e.status == "failed" for e in ledger_entries(instance))
 
         stack.wait_until(entry_reported, timeout_s=120, what="the killed run's ledger entry")
+        states = [st for st in instance.all_instigator_state() if st.instigator_name == "envelope_trip_sensor"]
+        print(f"{len(states)} state(s): {[getattr(st.instigator_data, 'cursor', None) for st in states]}")
         print(f"150 quick runs of another job ended in {quick_s:.0f} s; the sensor's cursor "
               f"{_sensor_cursor(instance, 'envelope_trip_sensor').get('after')} passed them and settled "
               f"run {victim['run_id'][:8]} of {victim['key']} ({batch.failure_reason[:80]})")
@@ -194,3 +197,5 @@ def test_the_run_end_cursor_passes_150_other_runs_and_settles_a_sigkilled_run_it
         stack.stop()
         stack.engine.dispose()
         server.close()
+        drop_pg_database(catalog_url)
+        drop_pg_database(dagster_url)
