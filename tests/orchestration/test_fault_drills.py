@@ -199,8 +199,6 @@ def test_the_run_end_cursor_passes_150_other_runs_and_settles_a_sigkilled_run_it
             return any(e.batch_key == victim["key"] and e.status == "failed" for e in ledger_entries(instance))
 
         stack.wait_until(entry_reported, timeout_s=120, what="the killed run's ledger entry")
-        states = [st for st in instance.all_instigator_state() if st.instigator_name == "envelope_trip_sensor"]
-        print(f"{len(states)} state(s): {[getattr(st.instigator_data, 'cursor', None) for st in states]}")
         print(f"150 quick runs of another job ended in {quick_s:.0f} s; the sensor's cursor "
               f"{_sensor_cursor(instance, 'envelope_trip_sensor').get('after')} passed them and settled "
               f"run {victim['run_id'][:8]} of {victim['key']} ({batch.failure_reason[:80]})")
