@@ -94,9 +94,20 @@ def test_two_daemons_on_one_postgres_instance_fetch_every_card_once_and_warn(tmp
         assert_no_duplicates(first.engine)
         assert "warning: 2 processes tick" in warned[0] and "one daemon per instance" in warned[0], warned[0]
         runs = instance.get_runs(RunsFilter(tags={"stage_e/dispatch": "micro-batch"}))
+        # How often the mistake bit: a run launched twice, and a run reported failed that then succeeded.
+        engine_lines = [
+            r.event_log_entry.message or "" for run in runs
+            for r in instance.get_records_for_run(run.run_id, of_type=DagsterEventType.ENGINE_EVENT).records
+        ]
+        relaunched = sum("duplicate run" in m or "started a new run worker" in m for m in engine_lines)
+        reported_failed = sum(
+            bool(instance.get_records_for_run(run.run_id, of_type=DagsterEventType.RUN_FAILURE).records)
+            for run in runs if run.status == DagsterRunStatus.SUCCESS
+        )
         print(f"two daemons: {DRILL_CARDS} cards, {len(fetched)} images fetched {sum(fetched.values())} times, "
               f"{len(batches)} batches ({Counter(b.status for b in batches)}), {len(runs)} dispatch runs "
-              f"({Counter(r.status.value for r in runs)}), peak {probe.peak} runs started at once")
+              f"({Counter(r.status.value for r in runs)}), peak {probe.peak} runs started at once, "
+              f"{relaunched} second worker(s) of a run, {reported_failed} run(s) reported failed that then succeeded")
     finally:
         for stack in stacks:
             stack.stop()
