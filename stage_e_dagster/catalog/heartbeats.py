@@ -3,13 +3,15 @@
 The daemon and the shell read ``STAGE_E_*`` in different processes, often on different hosts, so
 the shell's own settings say nothing of what dispatch runs with. Every tick therefore rewrites its
 sensor's row with the settings it ran with; ``stage-e status`` compares them with its own.
+Each ticking process also keeps a row of its own (``sensor_tickers``): two processes whose ticks of
+one sensor interleave are two daemons on one instance, which Dagster does not support.
 """
 
 from __future__ import annotations
 
 import os
 import socket
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any
 
 import sqlalchemy as sa
@@ -17,7 +19,7 @@ from sqlalchemy.orm import Session
 
 from ..settings import Settings
 from .engine import dialect_insert
-from .models import PoolControl, SensorHeartbeat
+from .models import PoolControl, SensorHeartbeat, SensorTicker
 
 # A sensor that has not ticked for this many of its intervals is reported as stale: one late tick
 # is ordinary (a slow tick, a busy daemon), three in a row mean the daemon or the sensor stopped.
@@ -25,6 +27,8 @@ STALE_AFTER_INTERVALS = 3
 # The interval counted is at least this: the sensor daemon runs every sensor in one pass of at least
 # 5 s, and a slow tick of one sensor (retention on a big instance) delays the others in that pass.
 MIN_COUNTED_INTERVAL_S = 10
+# A ticker's row is deleted this long after its last tick (a restarted code server leaves one behind).
+FORGET_TICKER_AFTER = timedelta(hours=1)
 
 
 def effective_settings(settings: Settings) -> dict[str, Any]:
@@ -58,13 +62,14 @@ def record_heartbeat(
 ) -> None:
     """One upsert of the sensor's row. The row only moves forward in time: a slow tick that began
     before a newer one finished writing leaves the newer row in place."""
+    ticked_by = f"{socket.gethostname()}:{os.getpid()}"[:160]
     values = {
         "sensor_name": sensor_name,
         "ticked_at": now,
         "interval_s": interval_s,
         "settings": effective_settings(settings),
         "governed_limit": governed_limit(session, pool),
-        "ticked_by": f"{socket.gethostname()}:{os.getpid()}"[:160],
+        "ticked_by": ticked_by,
     }
     insert = dialect_insert(session)(SensorHeartbeat).values(**values)
     session.execute(
@@ -74,6 +79,50 @@ def record_heartbeat(
             where=SensorHeartbeat.ticked_at < insert.excluded.ticked_at,
         )
     )
+    _record_ticker(session, sensor_name, ticked_by, now)
+
+
+def _record_ticker(session: Session, sensor_name: str, ticked_by: str, now: datetime) -> None:
+    insert = dialect_insert(session)(SensorTicker).values(
+        sensor_name=sensor_name, ticked_by=ticked_by, first_ticked_at=now, ticked_at=now
+    )
+    session.execute(
+        insert.on_conflict_do_update(
+            index_elements=["sensor_name", "ticked_by"],
+            set_={"ticked_at": insert.excluded.ticked_at},
+            where=SensorTicker.ticked_at < insert.excluded.ticked_at,
+        )
+    )
+    session.execute(
+        sa.delete(SensorTicker).where(SensorTicker.sensor_name == sensor_name,
+                                      SensorTicker.ticked_at < now - FORGET_TICKER_AFTER)
+    )
+
+
+def concurrent_tickers(session: Session, now: datetime) -> dict[str, list[str]]:
+    """``{sensor: [host:pid, ...]}`` for each sensor that two or more live processes tick side by side.
+
+    Live: ticked within ``STALE_AFTER_INTERVALS`` of the sensor's interval. Side by side: their spans
+    of ticks overlap, so a code server restarted (a new pid after the old one's last tick) is not
+    counted, while two daemons, whose ticks interleave, are."""
+    intervals = dict(session.execute(sa.select(SensorHeartbeat.sensor_name, SensorHeartbeat.interval_s)).all())
+    rows = session.execute(sa.select(SensorTicker).where(SensorTicker.ticked_at >= now - FORGET_TICKER_AFTER))
+    by_sensor: dict[str, list[SensorTicker]] = {}
+    for ticker in rows.scalars():
+        horizon = STALE_AFTER_INTERVALS * max(intervals.get(ticker.sensor_name, 0), MIN_COUNTED_INTERVAL_S)
+        if (now - ticker.ticked_at).total_seconds() <= horizon:
+            by_sensor.setdefault(ticker.sensor_name, []).append(ticker)
+    found: dict[str, list[str]] = {}
+    for name, tickers in by_sensor.items():
+        side_by_side = {
+            t.ticked_by
+            for t in tickers
+            for u in tickers
+            if t is not u and t.first_ticked_at < u.ticked_at and u.first_ticked_at < t.ticked_at
+        }
+        if side_by_side:
+            found[name] = sorted(side_by_side)
+    return found
 
 
 def read_heartbeats(session: Session) -> list[SensorHeartbeat]:

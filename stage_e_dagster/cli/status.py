@@ -17,6 +17,7 @@ from ..catalog.engine import masked_url, session_scope
 from ..catalog.heartbeats import (
     MIN_COUNTED_INTERVAL_S,
     STALE_AFTER_INTERVALS,
+    concurrent_tickers,
     effective_settings,
     is_stale,
     read_heartbeats,
@@ -36,7 +37,8 @@ def running_system(session: Session, cfg: Settings) -> dict[str, Any]:
     """What the daemon's sensors last recorded, beside this shell's own settings.
 
     The daemon's settings are those of the newest heartbeat. ``stale`` lists the sensors that missed
-    ``STALE_AFTER_INTERVALS`` ticks in a row; ``differences`` maps a setting to (daemon, shell).
+    ``STALE_AFTER_INTERVALS`` ticks in a row; ``differences`` maps a setting to (daemon, shell);
+    ``side_by_side`` maps a sensor to the processes ticking it at once (two daemons on one instance).
     """
     now = utcnow()
     beats = read_heartbeats(session)
@@ -61,6 +63,7 @@ def running_system(session: Session, cfg: Settings) -> dict[str, Any]:
         "differences": {name: {"daemon": daemon, "shell": shell} for name, (daemon, shell) in differences.items()},
         "sensors": sensors,
         "stale": [row["sensor"] for row in sensors if row["stale"]],
+        "side_by_side": concurrent_tickers(session, now),
     }
 
 
@@ -163,6 +166,13 @@ def _print_running_system(console: Console, system: dict[str, Any]) -> None:
         console.print(
             f"warning: {name} differs: the daemon runs with {_shown(values['daemon'])}, "
             f"this shell has {_shown(values['shell'])}",
+            soft_wrap=True,
+        )
+    for sensor, tickers in system["side_by_side"].items():
+        console.print(
+            f"warning: {len(tickers)} processes tick {sensor} side by side ({', '.join(tickers)}): two Dagster "
+            "daemons (or `dagster dev` beside a daemon) on one instance; Dagster supports one daemon per "
+            "instance, so stop all but one",
             soft_wrap=True,
         )
     for row in system["sensors"]:

@@ -8,9 +8,11 @@ from dagster import AssetCheckResult, AssetExecutionContext, MaterializeResult, 
 from ..catalog.engine import session_scope
 from ..dispatch.batches import get_batch
 from ..dispatch.conveyor import (
+    REFUSED_TAKEN,
     BatchInfo,
     DispatchRefused,
     finish_batch,
+    lost_batch,
     run_batch_stage_c,
     run_batch_stage_d,
     start_batch,
@@ -84,11 +86,19 @@ def stage_c_evidence(
     pool=DISPATCH_POOL,
     code_version=CODE_VERSION,
     deps=[stage_c_evidence],
+    output_required=False,
     description="Stage D over one micro-batch: machine votes, then consensus for every touched card.",
 )
-def stage_d_verdicts(context: AssetExecutionContext, stage_e: StageEResource) -> MaterializeResult:
+def stage_d_verdicts(context: AssetExecutionContext, stage_e: StageEResource) -> Iterator[MaterializeResult]:
+    """Only the run that holds the batch works on it: a run whose batch was failed and retried while
+    Stage C ran, or a re-execution of this step from the UI, says why and materializes nothing."""
     settings = stage_e.settings()
     engine = stage_e.engine()
+    lost = lost_batch(engine, context.partition_key, run_id=context.run.run_id)
+    if lost is not None:
+        context.instance.add_run_tags(context.run.run_id, {REFUSED_TAG: REFUSED_TAKEN, REFUSED_REASON_TAG: lost[:500]})
+        context.log.warning(f"stage D refused, no work done: {lost}")
+        return
     with session_scope(engine) as session:
         stored = get_batch(session, context.partition_key)
         batch = BatchInfo(stored.batch_key, list(stored.card_ids), stored.trigger_reason, stored.attempt)
@@ -106,4 +116,4 @@ def stage_d_verdicts(context: AssetExecutionContext, stage_e: StageEResource) ->
         lockout_trip_id=lockout_trip_id,
         envelope_trip_id=envelope_trip_id,
     )
-    return MaterializeResult(metadata=row)
+    yield MaterializeResult(metadata=row)

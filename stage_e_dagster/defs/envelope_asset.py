@@ -19,6 +19,7 @@ from sqlalchemy.orm import Session
 from ..catalog.backlog import STAGE_C_PENDING, STAGE_D_PENDING, oldest_waiting_since
 from ..catalog.base import utcnow
 from ..catalog.engine import session_scope
+from ..catalog.heartbeats import concurrent_tickers
 from ..catalog.models import EnvelopeTrip, MicroBatch, PoolControl, SensorHeartbeat
 from ..dispatch.sizing import waiting_cards
 from ..envelope.bars import Ceilings
@@ -59,6 +60,7 @@ READINGS = {
     "backlog_count_bound": "where the two backlog counts stop",
     "oldest_waiting_age_s": "seconds since the longest-waiting backlog card was created; 0 when none waits",
     "sensor_lag_s": "seconds since envelope_trip_sensor's previous tick (about 5 while the daemon keeps up)",
+    "sensor_processes": "most processes ticking one sensor side by side: 1, or 2+ when two daemons share the instance",
 }
 
 @dataclass(frozen=True)
@@ -124,6 +126,7 @@ def read_envelope(session: Session, settings: Settings, *, now: datetime, sensor
         "backlog_count_bound": BACKLOG_COUNT_BOUND,
         "oldest_waiting_age_s": round(max(0.0, (now - oldest).total_seconds()), 1) if oldest else 0.0,
         "sensor_lag_s": round(max(0.0, sensor_lag_s), 3),
+        "sensor_processes": max((len(t) for t in concurrent_tickers(session, now).values()), default=1),
     }
     return EnvelopeReading(values)
 

@@ -5,7 +5,10 @@ Dagster has no instance-wide pause, so a hold is three things: sensors skip, the
 limit drops to 0 (queued runs stay queued), and queued dispatch runs are cancelled with their
 batches abandoned, which puts their cards back in the backlog for after the acknowledgement.
 What this project did to the pool is recorded in the catalogue (``pool_controls``), and only that
-is ever undone: a limit set with ``dagster instance concurrency set`` stays.
+is ever undone: a limit set with ``dagster instance concurrency set`` stays. The row is written
+before the pool is touched and cleared only after the pool has its limit back, so a call to the
+instance that fails (a locked SQLite file, a PostgreSQL blip, a killed process) leaves the row,
+and the next tick finishes the job instead of leaving the pool at 0 for good.
 """
 
 from __future__ import annotations
@@ -15,7 +18,7 @@ from dagster import DagsterInstance, DagsterRun, DagsterRunStatus, RunsFilter
 
 from ..catalog.base import utcnow
 from ..catalog.engine import session_scope
-from ..catalog.models import PoolControl
+from ..catalog.models import EnvelopeTrip, PoolControl
 from ..dispatch.batches import abandon
 from ..dispatch.governing import pool_control
 from .tags import DISPATCH_POOL, DISPATCH_TAG, PARTITION_TAG
@@ -25,6 +28,7 @@ ACTIVE_STATUSES = [
     DagsterRunStatus.NOT_STARTED,
     DagsterRunStatus.STARTING,
     DagsterRunStatus.STARTED,
+    DagsterRunStatus.CANCELING,  # still holds its slot and may still be writing
 ]
 
 
@@ -58,7 +62,9 @@ def hold_dispatch(instance: DagsterInstance, engine: sa.Engine, *, trip_id: str,
     with session_scope(engine) as session:
         control = pool_control(session, DISPATCH_POOL)
         if control.held_at is None:
-            control.held_at, control.held_from, control.trip_id = utcnow(), pool_limit(instance), trip_id
+            control.held_at, control.held_from = utcnow(), pool_limit(instance)
+        # The newest trip: a release that read an older, acknowledged one then cannot clear this hold.
+        control.trip_id = trip_id
     _set_pool_limit(instance, 0)
     queued = active_dispatch_runs(instance, [DagsterRunStatus.QUEUED])
     for run in queued:
@@ -71,15 +77,35 @@ def hold_dispatch(instance: DagsterInstance, engine: sa.Engine, *, trip_id: str,
 
 
 def release_hold(instance: DagsterInstance, engine: sa.Engine) -> bool:
-    """Give the pool back the limit it had before this project's hold; a no-op without one."""
+    """Give the pool back the limit it had before this project's hold, then clear the hold; a no-op
+    without a hold or while its trip is still open. Returns whether the hold was cleared.
+
+    The limit goes back first: if that fails the hold row stays and the next tick tries again. The
+    clear is a compare-and-set on the trip the release read, so a hold a newer trip took meanwhile
+    stays (and the pool goes back to 0 for it)."""
     with session_scope(engine) as session:
-        control = session.get(PoolControl, DISPATCH_POOL, with_for_update=True)
+        control = session.get(PoolControl, DISPATCH_POOL)
         if control is None or control.held_at is None:
             return False
-        restore = control.held_from
-        control.held_at, control.held_from, control.trip_id = None, None, None
+        still_open = control.trip_id is not None and session.execute(
+            sa.select(EnvelopeTrip.id).where(EnvelopeTrip.trip_id == control.trip_id,
+                                             EnvelopeTrip.acknowledged_at.is_(None))
+        ).first()
+        if still_open:
+            return False
+        restore, seen_trip = control.held_from, control.trip_id
     _set_pool_limit(instance, restore)
-    return True
+    with session_scope(engine) as session:
+        cleared = session.execute(
+            sa.update(PoolControl)
+            .where(PoolControl.pool == DISPATCH_POOL, PoolControl.held_at.is_not(None),
+                   PoolControl.trip_id.is_not_distinct_from(seen_trip))
+            .values(held_at=None, held_from=None, trip_id=None)
+            .execution_options(synchronize_session=False)
+        ).rowcount
+    if not cleared:
+        _set_pool_limit(instance, 0)
+    return bool(cleared)
 
 
 def apply_pool_setting(instance: DagsterInstance, engine: sa.Engine, cap: int) -> int | None:

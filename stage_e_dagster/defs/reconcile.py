@@ -93,9 +93,7 @@ def reconcile(instance: DagsterInstance, engine: sa.Engine, settings: Settings, 
         settled = False
         for run in ended:
             end = settle_run_end(engine, instance, settings, run)
-            if end.observation is not None:
-                done.observations.append(end.observation)
-                settled = True
+            settled = settled or end.recorded
             if end.note:
                 done.notes.append(end.note)
             _request_retry(engine, settings, end.retry_key, now, done)

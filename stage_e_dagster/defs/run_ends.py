@@ -3,19 +3,23 @@
 Both the envelope sensor (from the runs that ended) and the dispatch sensor (from the batches in
 flight) call :func:`settle_run_end`, so a run end one of them misses the other still settles. Every
 state change is a compare-and-set on the batch row, so settling the same run twice records one
-ledger entry and one retry.
+ledger entry and one retry. The ledger entry of a failure or a cancellation is written to the
+outbox in the transaction of that compare-and-set; ``envelope_trip_sensor`` reports it.
+
+A failure report that does not prove the worker died (see ``may_be_a_live_worker``) does not fail
+a batch whose run shows progress within ``ALIVE_WITHIN``: the run keeps its batch, and the report
+is believed once the progress stops (the dispatch sensor settles the run again every tick).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from datetime import timezone
+from datetime import datetime, timedelta, timezone
 from typing import Any
 
 import sqlalchemy as sa
 from dagster import (
     AssetKey,
-    AssetObservation,
     DagsterEventType,
     DagsterInstance,
     DagsterRun,
@@ -28,10 +32,11 @@ from ..catalog.engine import session_scope
 from ..dispatch.batches import abandon, fail_and_retry, forget_request, get_batch
 from ..dispatch.conveyor import REFUSED_GATE, REFUSED_TAKEN
 from ..dispatch.ledger import failure_row
+from ..dispatch.outbox import add_entry
 from ..envelope.bars import Ceilings, EnvelopeSignals
 from ..envelope.trips import check_envelope, trip_opened_by_run
 from ..settings import Settings
-from .run_failures import failure_reason_of
+from .run_failures import failure_reason_of, may_be_a_live_worker
 from .tags import PARTITION_TAG, REFUSED_REASON_TAG, REFUSED_TAG
 
 ENDED = [DagsterRunStatus.SUCCESS, DagsterRunStatus.FAILURE, DagsterRunStatus.CANCELED]
@@ -48,6 +53,10 @@ NOT_ENDED = [
 # After this many requests of one batch such failures spend attempts as any other, so a deployment
 # that can never start a run parks its cards instead of requesting runs forever.
 UNTAKEN_FAILURES_FREE = 10
+# A run that showed progress on its batch (a card boundary, or taking it) this recently is alive,
+# whatever a report without proof says: longer than a card takes under load, short enough that a
+# worker that really vanished has its batch retried within a couple of minutes.
+ALIVE_WITHIN = timedelta(seconds=90)
 
 
 def runs_in_progress(instance: DagsterInstance) -> int:
@@ -58,11 +67,17 @@ def runs_in_progress(instance: DagsterInstance) -> int:
 
 @dataclass(frozen=True)
 class RunEnd:
-    """What settling one run did: a ledger observation to emit and a line for the tick's log."""
+    """What settling one run did: whether it changed the batch (its ledger entry is in the outbox),
+    a line for the tick's log, and the retry it made."""
 
-    observation: AssetObservation | None = None
+    recorded: bool = False
     note: str | None = None
     retry_key: str | None = None
+
+
+def _last_sign_of_life(started_at: datetime | None, progress_at: datetime | None) -> datetime | None:
+    stamps = [t for t in (started_at, progress_at) if t is not None]
+    return max(stamps) if stamps else None
 
 
 def _stage_d_metadata(instance: DagsterInstance, run_id: str) -> dict[str, Any]:
@@ -124,6 +139,11 @@ def settle_run_end(engine: sa.Engine, instance: DagsterInstance, settings: Setti
                                "the batch waits for its next request, its attempt unspent")
         else:
             reason = failure_reason_of(instance, run.run_id)
+            alive = _last_sign_of_life(batch.started_at, batch.progress_at) if held else None
+            if alive is not None and now - alive < ALIVE_WITHIN and may_be_a_live_worker(instance, run.run_id):
+                ago = (now - alive).total_seconds()
+                return RunEnd(note=f"run {run.run_id[:8]} of {key} reported failed ({reason[:160]}), but it "
+                                   f"showed progress {ago:.0f} s ago: its batch stays its own")
             outcome = fail_and_retry(
                 session,
                 batch,
@@ -137,17 +157,14 @@ def settle_run_end(engine: sa.Engine, instance: DagsterInstance, settings: Setti
             retry_key = outcome.retry.batch_key if outcome.retry else None
         if not recorded:
             return RunEnd()
-        observation = AssetObservation(
-            asset_key=AssetKey("stage_c_evidence"),
-            partition=key,
-            metadata=failure_row(
-                batch_key=key,
-                card_count=len(batch.card_ids),
-                trigger_reason=batch.trigger_reason,
-                attempt=batch.attempt,
-                run_id=run.run_id,
-                failure_reason=reason,
-                retry_batch_key=retry_key,
-            ),
+        entry = failure_row(
+            batch_key=key,
+            card_count=len(batch.card_ids),
+            trigger_reason=batch.trigger_reason,
+            attempt=batch.attempt,
+            run_id=run.run_id,
+            failure_reason=reason,
+            retry_batch_key=retry_key,
         )
-    return RunEnd(observation, f"run {run.run_id[:8]} of {key} {run.status.value.lower()}: {reason[:160]}", retry_key)
+        add_entry(session, batch_key=key, run_id=run.run_id, entry=entry)
+    return RunEnd(True, f"run {run.run_id[:8]} of {key} {run.status.value.lower()}: {reason[:160]}", retry_key)

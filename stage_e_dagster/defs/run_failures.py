@@ -94,6 +94,27 @@ def failure_reason_of(instance: DagsterInstance, run_id: str) -> str:
     return "run ended without a recorded failure event"
 
 
+def may_be_a_live_worker(instance: DagsterInstance, run_id: str) -> bool:
+    """Whether the run's failure report is about a process, not the work, and does not prove that the
+    worker running the work died.
+
+    With two daemons one run can be launched twice: the second worker exits at once (code 0, or
+    Dagster fails the run as a worker restart) and the run is reported failed while the first worker
+    goes on. A signal or a non-zero exit of the run's process, or an error the run raised, is proof;
+    these reports are not, so the caller looks for the worker's own progress before believing them.
+    """
+    run_failure = _latest_event(instance, run_id, DagsterEventType.RUN_FAILURE)
+    if run_failure is None:
+        return False
+    message = (run_failure.message or "").strip()
+    if _run_failure_reason(run_failure) == "RUN_WORKER_RESTART" or message.startswith(_MONITOR_DETECTED):
+        return True
+    if message != _MARKED_FAILED_OUTSIDE:
+        return False
+    crash = _crash_in_engine_events(instance, run_id)
+    return crash is None or crash.endswith("exited with code 0.")
+
+
 def error_summary(error: _ErrorInfo) -> str:
     """``"<Class>: <first line>"`` of the user's exception in a Dagster error chain.
 

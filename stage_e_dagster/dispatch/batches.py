@@ -309,3 +309,17 @@ def abandon(session: Session, batch_key: str, *, reason: str, now: datetime, run
         return False
     release_claims(session, batch_key)
     return True
+
+
+def still_held(session: Session, batch_key: str, *, run_id: str, now: datetime) -> bool:
+    """Whether run ``run_id`` still holds the batch (running, under its run id), stamping its progress
+    if so: one conditional update, the per-card check of a run and its sign of life to the run-end
+    handling. ``False`` once another evaluator failed, retried or abandoned the batch."""
+    return bool(
+        session.execute(
+            sa.update(MicroBatch)
+            .where(MicroBatch.batch_key == batch_key, MicroBatch.run_id == run_id, MicroBatch.status == "running")
+            .values(progress_at=now)
+            .execution_options(synchronize_session=False)
+        ).rowcount
+    )

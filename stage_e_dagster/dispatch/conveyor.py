@@ -20,7 +20,7 @@ from ..envelope.bars import Ceilings, EnvelopeSignals
 from ..envelope.signals import current_rss_mb, peak_rss_mb
 from ..envelope.trips import check_envelope, current_open_trip, open_trip
 from ..settings import Settings
-from .batches import dispatch_writer, get_batch, mark_succeeded, take_batch
+from .batches import dispatch_writer, get_batch, mark_succeeded, still_held, take_batch
 from .guard import FLAG_OFF, check_gate
 
 if TYPE_CHECKING:  # the stages (OpenCV, Tesseract, HTTP) load when a run first needs them, not with the code location
@@ -118,10 +118,24 @@ def start_batch(engine: sa.Engine, settings: Settings, batch_key: str, *, run_id
     raise DispatchRefused(verdict.reason, verdict.trip_id)
 
 
-def trip_is_open(engine: sa.Engine) -> bool:
-    """The per-card guard inside a run: any open trip stops Stage C at the next card boundary."""
+def lost_batch(engine: sa.Engine, batch_key: str, *, run_id: str) -> str | None:
+    """Why the run must stop now, or ``None``: its batch is no longer its own (another evaluator failed or
+    retried it, so a retry may be running its cards). Stamps the run's progress while it holds it."""
     with session_scope(engine) as session:
-        return current_open_trip(session) is not None
+        if still_held(session, batch_key, run_id=run_id, now=utcnow()):
+            return None
+        batch = get_batch(session, batch_key)
+        holder = f" by run {batch.run_id}" if batch.run_id and batch.run_id != run_id else ""
+        return f"batch {batch_key} is {batch.status}{holder}, no longer held by run {run_id}"
+
+
+def must_stop(engine: sa.Engine, batch_key: str, *, run_id: str) -> bool:
+    """The per-card guard inside a run: an open trip, or a batch the run no longer holds, stops Stage C
+    at the next card boundary. The open-trip check is global on purpose: any open trip halts all."""
+    with session_scope(engine) as session:
+        return current_open_trip(session) is not None or not still_held(
+            session, batch_key, run_id=run_id, now=utcnow()
+        )
 
 
 def run_batch_stage_c(engine: sa.Engine, batch: BatchInfo, *, run_id: str, fetcher: ImageFetcher,
@@ -139,7 +153,7 @@ def run_batch_stage_c(engine: sa.Engine, batch: BatchInfo, *, run_id: str, fetch
         writer=dispatch_writer(run_id),
         run_id=run_id,
         fetcher=fetcher,
-        should_stop=lambda: trip_is_open(engine),
+        should_stop=lambda: must_stop(engine, batch.batch_key, run_id=run_id),
         progress=said.advance,
         on_card=said.card,
     )
@@ -170,7 +184,8 @@ def _lockout_detail(report: StageCReport) -> dict[str, object]:
 
 def run_batch_stage_d(engine: sa.Engine, batch: BatchInfo, *, run_id: str,
                       logger: logging.Logger | None = None) -> StageDReport:
-    """Stage D scoped to the batch: work already in hand drains even after a lockout.
+    """Stage D scoped to the batch: work already in hand drains even after a lockout. Each chunk's
+    progress is stamped on the batch (the run's sign of life while it holds it).
 
     The batch goes in chunks of a quarter of it (each its own transaction) so ``logger`` hears of
     progress while it runs; a batch is small enough that the extra commits cost nothing to speak of.
@@ -178,7 +193,12 @@ def run_batch_stage_d(engine: sa.Engine, batch: BatchInfo, *, run_id: str,
     from ..stage_d.run import run_stage_d
 
     said = BatchLog(logger or log, "stage D", len(set(batch.card_ids)))
-    return run_stage_d(engine, batch.card_ids, run_id=run_id, chunk_size=said.every, progress=said.advance)
+
+    def advance(cards: int) -> None:
+        said.advance(cards)
+        lost_batch(engine, batch.batch_key, run_id=run_id)
+
+    return run_stage_d(engine, batch.card_ids, run_id=run_id, chunk_size=said.every, progress=advance)
 
 
 def finish_batch(

@@ -223,6 +223,31 @@ def _worker_pid(instance: DagsterInstance, run_id: str) -> int | None:
     return None
 
 
+def serve_over_http(engine: sa.Engine, server: ImageServer) -> list[str]:
+    """Point every card at the test image server; returns the image names."""
+    names = []
+    with engine.begin() as conn:
+        for card_id, locator in conn.execute(sa.select(Card.id, Card.image_locator)).all():
+            name = locator.split("/corpus/", 1)[1]
+            names.append(name)
+            conn.execute(sa.update(Card).where(Card.id == card_id).values(image_locator=f"{server.base}/{name}"))
+    return names
+
+
+def run_with_evidence(instance: DagsterInstance, engine: sa.Engine, victim: dict[str, str]) -> bool:
+    """Whether a started run has written evidence and logged its worker's pid; fills ``victim`` if so."""
+    for run in instance.get_runs(RunsFilter(statuses=[DagsterRunStatus.STARTED])):
+        with session_scope(engine) as session:
+            written = session.execute(
+                sa.select(sa.func.count()).select_from(ImageEvidence).where(ImageEvidence.run_id == run.run_id)
+            ).scalar_one()
+        pid = _worker_pid(instance, run.run_id)
+        if written >= 1 and pid is not None:
+            victim.update(run_id=run.run_id, pid=str(pid), key=run.tags["dagster/partition"])
+            return True
+    return False
+
+
 def test_a_sigkilled_run_leaves_a_truthful_failure_and_its_cards_are_redispatched(
     corpus_template: Path, tmp_path: Path
 ) -> None:
@@ -230,29 +255,13 @@ def test_a_sigkilled_run_leaves_a_truthful_failure_and_its_cards_are_redispatche
     server.delay_s = 0.6  # slow images so the kill lands mid-batch
     stack = sqlite_stack_for(corpus_template, tmp_path, batch_size=5, cap=1)
     try:
-        with stack.engine.begin() as conn:
-            for card_id, locator in conn.execute(sa.select(Card.id, Card.image_locator)).all():
-                name = locator.split("/corpus/", 1)[1]
-                conn.execute(sa.update(Card).where(Card.id == card_id).values(image_locator=f"{server.base}/{name}"))
+        serve_over_http(stack.engine, server)
         cards = stack.counts()["cards"]
         stack.start()
         instance = stack.instance()
         victim: dict[str, str] = {}
-
-        def run_with_evidence() -> bool:
-            runs = instance.get_runs(RunsFilter(statuses=[DagsterRunStatus.STARTED]))
-            for run in runs:
-                with session_scope(stack.engine) as session:
-                    written = session.execute(
-                        sa.select(sa.func.count()).select_from(ImageEvidence).where(ImageEvidence.run_id == run.run_id)
-                    ).scalar_one()
-                pid = _worker_pid(instance, run.run_id)
-                if written >= 1 and pid is not None:
-                    victim.update(run_id=run.run_id, pid=str(pid), key=run.tags["dagster/partition"])
-                    return True
-            return False
-
-        stack.wait_until(run_with_evidence, timeout_s=180, what="a run that has written evidence")
+        stack.wait_until(lambda: run_with_evidence(instance, stack.engine, victim), timeout_s=180,
+                         what="a run that has written evidence")
         psutil.Process(int(victim["pid"])).send_signal(signal.SIGKILL)
         stack.wait_until(stack.idle, timeout_s=300, what="the killed batch's cards to be re-dispatched")
 

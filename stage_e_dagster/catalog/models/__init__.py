@@ -5,7 +5,8 @@ from .cards import CARD_TYPES, PRINTING_STATUSES, Card
 from .dispatch import BATCH_STATUSES, CardClaim, ManifestRollout, MicroBatch, PoolControl, SweepCursor
 from .envelope import FETCH_OUTCOMES, TRIP_BARS, EnvelopeTrip, FetchOutcome, FetchPacer
 from .evidence import ImageEvidence
-from .heartbeats import SensorHeartbeat
+from .heartbeats import SensorHeartbeat, SensorTicker
+from .outbox import LedgerOutbox
 from .passes import StageDPass
 from .votes import VOTE_SOURCES, PrintingVote, ScanLog
 
@@ -23,6 +24,7 @@ __all__ = [
     "FetchOutcome",
     "FetchPacer",
     "ImageEvidence",
+    "LedgerOutbox",
     "ManifestRollout",
     "MicroBatch",
     "PoolControl",
@@ -30,6 +32,7 @@ __all__ = [
     "PrintingVote",
     "ScanLog",
     "SensorHeartbeat",
+    "SensorTicker",
     "StageDPass",
     "SweepCursor",
 ]

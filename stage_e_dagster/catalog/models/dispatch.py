@@ -45,6 +45,9 @@ class MicroBatch(Base):
         sa.Integer, default=0, server_default="0", comment="run requests made; each needs its own run key"
     )
     backfill_id: Mapped[str | None] = mapped_column(sa.String(32), comment="the sweep backfill that owns attempt 1")
+    progress_at: Mapped[datetime | None] = mapped_column(
+        comment="the holding run's last card boundary: its worker is alive"
+    )
     finished_at: Mapped[datetime | None]
 
 

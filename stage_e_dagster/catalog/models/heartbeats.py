@@ -27,3 +27,15 @@ class SensorHeartbeat(Base):
         sa.Integer, comment="dispatch concurrency the host-load governor allowed at the tick; NULL: not governed yet"
     )
     ticked_by: Mapped[str] = mapped_column(sa.String(160), comment="host name and process id of the ticking process")
+
+
+class SensorTicker(Base):
+    """Each process that ticks a sensor, with the span of its ticks: two spans that overlap mean two
+    daemons (or ``dagster dev`` beside a daemon) run the same sensors, which Dagster does not support."""
+
+    __tablename__ = "sensor_tickers"
+
+    sensor_name: Mapped[str] = mapped_column(sa.String(64), primary_key=True)
+    ticked_by: Mapped[str] = mapped_column(sa.String(160), primary_key=True, comment="host name and process id")
+    first_ticked_at: Mapped[datetime] = mapped_column(comment="this process's first tick of the sensor")
+    ticked_at: Mapped[datetime] = mapped_column(comment="its latest tick")

@@ -1,26 +1,33 @@
 """``envelope_trip_sensor``: watches dispatch runs end and enforces the envelope.
 
-It reads the run records that ended (by status and update time, both indexed; dispatch runs are
-then picked by tag in Python) rather than using ``@run_status_sensor``, which watches one status
-per sensor and reads only a few runs per tick. A run end can commit after a newer one was read,
-so each tick reads again an overlap window behind its newest run end and skips the run ids it has
-already settled there; ``card_created_sensor`` also settles, from each batch's own runs, whatever
-this sensor misses. For each ended run it settles the batch (see ``defs.run_ends``). Then it
-samples host load and the shared fetch window, and while any trip is open it holds the pool.
-Last, it observes ``stage_e_envelope`` (every reading; every ``OBSERVE_EVERY_S``, and at once when
-the check's answer changes) and evaluates its ``no_open_trip`` check whenever the answer differs
-from the one its cursor remembers.
+It reads the run-status events that ended runs (success, failure, cancellation) after a storage-id
+cursor per event type, as Dagster's own run-status sensors do: every event read moves the cursor,
+whichever job's run it ended, so no number of other jobs' runs can hold it in place. (An event
+that commits after a newer one was read is passed over here; ``card_created_sensor`` settles every
+batch in flight from its own runs, so nothing is lost.) For each ended dispatch run it settles the
+batch (see ``defs.run_ends``), then reports the ledger outbox: every entry not yet reported is
+emitted with this tick and named in its cursor, and the next tick marks those reported. Then it
+samples host load and the shared fetch window; while any trip is open it holds the pool, and with
+none open it gives back a hold whose trip was acknowledged. Last, it observes ``stage_e_envelope``
+(every ``OBSERVE_EVERY_S``, and at once when the check's answer changes) and evaluates its
+``no_open_trip`` check whenever the answer differs from the one its cursor remembers.
 """
 
 import json
 import time
-from datetime import datetime, timezone
+from typing import Any
 
+import sqlalchemy as sa
 from dagster import (
     AssetCheckEvaluation,
+    AssetKey,
     AssetObservation,
+    DagsterEventType,
+    DagsterInstance,
+    DagsterRun,
     DefaultSensorStatus,
     RunsFilter,
+    RunStatusChangeRecordsFilter,
     SensorEvaluationContext,
     SensorResult,
     sensor,
@@ -28,45 +35,85 @@ from dagster import (
 
 from ...catalog.base import utcnow
 from ...catalog.engine import session_scope
+from ...catalog.heartbeats import concurrent_tickers
 from ...dispatch.guard import FLAG_OFF
+from ...dispatch.outbox import mark_reported, unreported_entries
 from ...envelope.bars import Ceilings
 from ...envelope.signals import sample_signals
 from ...envelope.trips import check_envelope, current_open_trip
 from ..checks import trip_verdict
 from ..envelope_asset import read_envelope
 from ..heartbeat import beat
-from ..hold import hold_dispatch, is_dispatch_run
+from ..hold import hold_dispatch, is_dispatch_run, release_hold
 from ..resources import StageEResource
 from ..run_ends import ENDED, settle_run_end
 from .dispatching import EVERY_DAEMON_PASS_S
 
 INTERVAL_S = EVERY_DAEMON_PASS_S
+# Run-status events read per event type and tick; the cursor moves past each one read.
 RUNS_PER_TICK = 100
-# How far behind its newest run end each tick reads again: a run end that commits this much later
-# than a newer one is still seen here (the dispatch sensor settles anything later still).
+# Where a first tick starts reading: this far back, not at the start of history (the batches of runs
+# that ended earlier are settled by the dispatch sensor).
 OVERLAP_S = 120.0
+# How long an end event whose run does not read ended yet holds the cursor before it.
+STATUS_LAG_S = 60.0
+# The run-end events read, one storage-id cursor each.
+RUN_END_EVENTS = (DagsterEventType.RUN_SUCCESS, DagsterEventType.RUN_FAILURE, DagsterEventType.RUN_CANCELED)
 # One envelope observation per this many seconds (a point every 30 s plots as well as one every 5 s,
 # at a sixth of the event-log rows), and one at once whenever a trip opens or is acknowledged.
 OBSERVE_EVERY_S = 30.0
 
 
-def _load_cursor(raw: str | None) -> tuple[float, dict[str, float]]:
-    """(newest update time read, {run id: update time} settled inside the overlap window).
-
-    A first tick starts one overlap window back, not at the start of history: it costs what any
-    tick costs, and the batches of runs that ended earlier are settled by the dispatch sensor."""
-    if not raw:
-        return time.time(), {}
-    data = json.loads(raw)
-    return float(data.get("ts", 0.0)), {str(k): float(v) for k, v in data.get("seen", {}).items()}
+def _load_cursor(raw: str | None) -> dict[str, Any]:
+    """The cursor's fields: ``after`` ({event type: last storage id read}), ``reporting`` (outbox ids
+    the tick that stored this cursor emitted), ``tick``, ``check`` and ``observed`` (see below)."""
+    return json.loads(raw) if raw else {}
 
 
-def _load_tick_memory(raw: str | None) -> tuple[float | None, str | None, float]:
-    """(when the previous tick ran, the no_open_trip answer it last reported, when it last observed
-    the envelope); absent (0 for the last) at first."""
-    data = json.loads(raw) if raw else {}
-    tick = data.get("tick")
-    return (float(tick) if tick is not None else None), data.get("check"), float(data.get("observed", 0.0))
+def _ended_runs(instance: DagsterInstance, after: dict[str, int], start_ts: float) -> tuple[list[DagsterRun], int]:
+    """Runs whose end events follow the cursor, in event order, each once; moves ``after`` past every
+    event read. Returns the runs and how many events were read.
+
+    The one exception: a dispatch run whose end event is stored but whose status is not yet (the run
+    storage is written after the event) holds its event type's cursor just before that event, for at
+    most ``STATUS_LAG_S``; after that its batch is the dispatch sensor's to settle."""
+    read: list[tuple[str, int, str, float]] = []
+    for event_type in RUN_END_EVENTS:
+        last = after.get(event_type.value)
+        records_filter = (
+            RunStatusChangeRecordsFilter(event_type, after_storage_id=int(last))
+            if last is not None
+            else RunStatusChangeRecordsFilter(event_type, after_timestamp=start_ts)
+        )
+        records = instance.fetch_run_status_changes(records_filter, limit=RUNS_PER_TICK, ascending=True).records
+        read += [(event_type.value, r.storage_id, r.event_log_entry.run_id, r.timestamp) for r in records]
+    unique = list(dict.fromkeys(run_id for _, _, run_id, _ in read))
+    runs = {run.run_id: run for run in instance.get_runs(RunsFilter(run_ids=unique))} if unique else {}
+    now = time.time()
+    held: set[str] = set()
+    for event_type, storage_id, run_id, stamp in read:
+        if event_type in held:
+            continue
+        run = runs.get(run_id)
+        if run is not None and is_dispatch_run(run) and run.status not in ENDED and now - stamp < STATUS_LAG_S:
+            held.add(event_type)
+            continue
+        after[event_type] = max(int(after.get(event_type) or 0), storage_id)
+    return [runs[run_id] for run_id in unique if run_id in runs], len(read)
+
+
+def _report_outbox(engine: sa.Engine, reported: list[int]) -> tuple[list[AssetObservation], list[int]]:
+    """Mark what the last stored tick emitted, then the entries still to report, as observations."""
+    with session_scope(engine) as session:
+        mark_reported(session, reported, now=utcnow())
+        entries = unreported_entries(session)
+        return (
+            [
+                AssetObservation(asset_key=AssetKey("stage_c_evidence"), partition=e.batch_key, metadata=e.entry)
+                for e in entries
+            ],
+            [e.id for e in entries],
+        )
 
 
 @sensor(
@@ -82,32 +129,25 @@ def envelope_trip_sensor(context: SensorEvaluationContext, stage_e: StageEResour
     engine = stage_e.engine()
     ceilings = Ceilings.from_settings(settings)
     instance = context.instance
-    newest, seen = _load_cursor(context.cursor)
+    memory = _load_cursor(context.cursor)
     tick_at = time.time()
-    previous_tick, reported_check, observed_at = _load_tick_memory(context.cursor)
-    records = instance.get_run_records(
-        filters=RunsFilter(statuses=ENDED, updated_after=datetime.fromtimestamp(newest - OVERLAP_S, tz=timezone.utc)),
-        order_by="update_timestamp",
-        ascending=True,
-        limit=RUNS_PER_TICK + len(seen),
-    )
+    previous_tick, reported_check = memory.get("tick"), memory.get("check")
+    observed_at = float(memory.get("observed", 0.0))
+    after: dict[str, int] = dict(memory.get("after") or {})
+    start_ts = float(memory.get("ts", tick_at)) - OVERLAP_S  # "ts": the cursor of the release before this one
+    runs, read = _ended_runs(instance, after, start_ts)
     events: list[AssetObservation | AssetCheckEvaluation] = []
     notes: list[str] = []
     ended = 0
-    for record in records:
-        run = record.dagster_run
-        stamp = record.update_timestamp.timestamp()
-        newest = max(newest, stamp)
-        if run.run_id in seen or not is_dispatch_run(run):
+    for run in runs:
+        if not is_dispatch_run(run) or run.status not in ENDED:
             continue
-        seen[run.run_id] = stamp
         ended += 1
         end = settle_run_end(engine, instance, settings, run)
-        if end.observation is not None:
-            events.append(end.observation)
         if end.note:
             notes.append(end.note)
-    seen = {run_id: stamp for run_id, stamp in seen.items() if stamp >= newest - OVERLAP_S}
+    entries, reporting = _report_outbox(engine, [int(i) for i in memory.get("reporting") or []])
+    events.extend(entries)
 
     with session_scope(engine) as session:
         open_trip = current_open_trip(session)
@@ -120,7 +160,10 @@ def envelope_trip_sensor(context: SensorEvaluationContext, stage_e: StageEResour
         notes.append(
             f"trip {open_trip.trip_id} ({open_trip.bar}) open: pool held at 0, {cancelled} queued run(s) cancelled"
         )
+    elif release_hold(instance, engine):
+        notes.append("the acknowledged trip's hold is released: the pool has its limit back")
     with session_scope(engine) as session:
+        side_by_side = concurrent_tickers(session, utcnow())
         verdict = trip_verdict(session)
         if verdict.state != reported_check or tick_at - observed_at >= OBSERVE_EVERY_S:
             reading = read_envelope(
@@ -130,13 +173,19 @@ def envelope_trip_sensor(context: SensorEvaluationContext, stage_e: StageEResour
             observed_at = tick_at
     if verdict.state != reported_check:
         events.append(verdict.evaluation())
+    if side_by_side:
+        said = "; ".join(f"{len(t)} processes tick {name} side by side ({', '.join(t)})"
+                         for name, t in side_by_side.items())
+        context.log.warning(f"{said}: two Dagster daemons on one instance, which Dagster does not support; "
+                            "stop all but one")
     cursor = json.dumps(
-        {"ts": newest, "seen": seen, "tick": tick_at, "check": verdict.state, "observed": observed_at}
+        {"after": after, "reporting": reporting, "tick": tick_at, "check": verdict.state, "observed": observed_at}
     )
     if not notes:
         return SensorResult(
             asset_events=events,
-            skip_reason=f"{ended} dispatch run(s) ended since the last tick; envelope within bars",
+            skip_reason=f"{ended} dispatch run(s) ended since the last tick; envelope within bars "
+            f"({read} run end(s) read)",
             cursor=cursor,
         )
     context.log.info("; ".join(notes))
