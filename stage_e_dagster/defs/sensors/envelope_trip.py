@@ -6,7 +6,8 @@ per sensor and reads only a few runs per tick. A run end can commit after a newe
 so each tick reads again an overlap window behind its newest run end and skips the run ids it has
 already settled there; ``card_created_sensor`` also settles, from each batch's own runs, whatever
 this sensor misses. For each ended run it settles the batch (see ``defs.run_ends``). Then it
-samples host load and the shared fetch window, and while any trip is open it holds the pool.
+samples the shared fetch window (CPU contention is read by the dispatch sensors' governor), and
+while any trip is open it holds the pool.
 Last, it observes ``stage_e_envelope`` (every reading; every ``OBSERVE_EVERY_S``, and at once when
 the check's answer changes) and evaluates its ``no_open_trip`` check whenever the answer differs
 from the one its cursor remembers.
