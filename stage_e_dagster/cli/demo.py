@@ -86,8 +86,9 @@ def child_environment(cfg: Settings, corpus_dir: Path) -> dict[str, str]:
     env = dict(os.environ)
     roots = os.pathsep.join(dict.fromkeys([str(corpus_dir), *(str(r) for r in cfg.image_roots)]))
     if "STAGE_E_HOST_LOAD_CEILING" not in os.environ:
-        # The demo's own OCR runs load a small machine past one load unit per core; leave headroom
-        # so the demo shows streaming, and keep the bar (it still trips on a real overload).
+        # Without PSI the governor reads the load average: the demo's own OCR runs load a small
+        # machine past one load unit per core; leave headroom so the demo shows streaming, and keep
+        # the bar (it still trips on a real overload). Where PSI is read, this bar is not used.
         env["STAGE_E_HOST_LOAD_CEILING"] = str(DEMO_LOAD_FACTOR * (os.cpu_count() or 1) + 2)
     env.update(
         STAGE_E_STREAMING_ENABLED="true",

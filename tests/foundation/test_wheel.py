@@ -24,7 +24,7 @@ PROJECT = Path(__file__).resolve().parents[2]
 
 @pytest.mark.parametrize("name", [INSTANCE_YAML, WORKSPACE_YAML])
 def test_the_checkout_files_for_dagster_dev_are_the_shipped_ones(name: str) -> None:
-    """One source of truth: the top-level copy `dagster dev` reads in a checkout is the package's file."""
+    """One source of truth: the top-level copy `dg dev -w workspace.yaml` reads in a checkout is the package's file."""
     assert (PROJECT / name).read_text(encoding="utf-8") == read_instance_file(name)
 
 

@@ -1,4 +1,4 @@
-"""The code location loads, and the public names in DESIGN.md are what it defines."""
+"""The code location loads, and the public names in docs/architecture.md are what it defines."""
 
 from __future__ import annotations
 
