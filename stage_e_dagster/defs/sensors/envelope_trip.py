@@ -7,8 +7,9 @@ that commits after a newer one was read is passed over here; ``card_created_sens
 batch in flight from its own runs, so nothing is lost.) For each ended dispatch run it settles the
 batch (see ``defs.run_ends``), then reports the ledger outbox: every entry not yet reported is
 emitted with this tick and named in its cursor, and the next tick marks those reported. Then it
-samples the shared fetch window (CPU contention is read by the dispatch sensors' governor); while any trip is open it holds the pool, and with
-none open it gives back a hold whose trip was acknowledged. Last, it observes ``stage_e_envelope``
+samples the shared fetch window (CPU contention is read by the dispatch sensors' governor); while
+any trip is open it holds the pool, and with none open it gives back a hold whose trip was
+acknowledged. Last, it observes ``stage_e_envelope``
 (every ``OBSERVE_EVERY_S``, and at once when the check's answer changes) and evaluates its
 ``no_open_trip`` check whenever the answer differs from the one its cursor remembers.
 """
