@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import datetime, timezone
 from typing import Callable, Iterator, Sequence
 
 import sqlalchemy as sa
@@ -23,6 +23,7 @@ from ..catalog.base import utcnow
 from ..catalog.engine import session_scope
 from ..catalog.models import Card, ImageEvidence
 from ..envelope.fetch_window import record_fetch_outcome
+from . import pacer
 from .backlog import backlog_page, cards_by_id
 from .compute import ExtractionResult, compute_evidence, locator_key, sha256_hex, terminal_result
 from .current import satisfies_stage_c
@@ -285,12 +286,15 @@ def _process_card(engine: sa.Engine, view: _CardView, report: StageCReport, *, w
 
 def _defer_throttled(engine: sa.Engine, view: _CardView, fetched: FetchResult, report: StageCReport, *,
                      run_id: str | None) -> None:
-    """A 429/503: not a failure. The card stays in the backlog and waits out its backoff (or the
-    host's longer Retry-After) before any batch takes it again."""
+    """A 429/503: not a failure. The host is slowed for everyone by the shared pacer (the fetcher did
+    that); the card stays in the backlog and waits a short while (or the host's longer Retry-After)
+    before any batch takes it again."""
+    answered = pacer.last_answered_at(engine, fetched.host) if fetched.host else None
     with session_scope(engine) as session:
         record_fetch_outcome(session, THROTTLED, status_code=fetched.status_code, host=fetched.host,
                              card_id=view.id, run_id=run_id)
-        defer_card(session, view.id, seen_locator=view.locator, now=utcnow(), retry_after_s=fetched.retry_after_s)
+        defer_card(session, view.id, seen_locator=view.locator, now=utcnow(), retry_after_s=fetched.retry_after_s,
+                   host_answered_at=None if answered is None else datetime.fromtimestamp(answered, timezone.utc))
     report.throttled += 1
     report.deferred_card_ids.append(view.id)
 

@@ -20,6 +20,7 @@ from stage_e_dagster.catalog.models import Card, FetchOutcome, ImageEvidence
 from stage_e_dagster.stage_c.backlog import mark_image_changed
 from stage_e_dagster.stage_c.compute import locator_key, sha256_hex
 from stage_e_dagster.stage_c.manifest import MANIFEST_VERSIONS
+from stage_e_dagster.stage_c.persist import THROTTLE_BASE_S, THROTTLE_CAP_S
 from stage_e_dagster.stage_c.rollout import rollout_step
 from stage_e_dagster.stage_c.run import run_stage_c
 
@@ -238,18 +239,25 @@ def test_a_file_outside_the_image_roots_waits_for_the_setting(engine: sa.Engine,
     assert (later.completed, later.terminal) == (1, 0) and card(engine, cid).stage_c_pending is False
 
 
-def test_throttles_back_off_exponentially_and_a_success_resets_them(engine: sa.Engine, image_host: str) -> None:
+def throttle_wait(engine: sa.Engine, fetcher, card_id: int) -> float:
+    """One pass over the card (throttled): the seconds until it is eligible again; then as if they had passed."""
+    before = utcnow()
+    run_stage_c(engine, [card_id], writer="w", run_id=None, fetcher=fetcher, lexicon=frozenset())
+    wait = (card(engine, card_id).next_eligible_at - before).total_seconds()
+    make_eligible_now(engine, card_id)
+    return wait
+
+
+def test_throttles_in_a_row_back_off_exponentially_jittered_and_a_success_resets_them(
+        engine: sa.Engine, image_host: str) -> None:
     host = image_host.split("//", 1)[1]
     cid = add_card(engine, f"{image_host}/unavailable.jpg")
-    waits = []
     with make_fetcher(engine, [], [host]) as fetcher:
-        for _ in range(3):
-            before = utcnow()
-            run_stage_c(engine, [cid], writer="w", run_id=None, fetcher=fetcher, lexicon=frozenset())
-            waits.append((card(engine, cid).next_eligible_at - before).total_seconds())
-            make_eligible_now(engine, cid)
+        waits = [throttle_wait(engine, fetcher, cid) for _ in range(3)]
         assert card(engine, cid).throttle_count == 3
-        assert [round(w) for w in waits] == [30, 60, 120]
+        # The host answered nobody in between: each delay doubles, jittered within its upper half.
+        for wait, full in zip(waits, (THROTTLE_BASE_S, 2 * THROTTLE_BASE_S, 4 * THROTTLE_BASE_S)):
+            assert full / 2 - 0.5 <= wait <= full + 0.5
         with engine.begin() as conn:  # the host is fine again (same card, a working locator)
             conn.execute(sa.update(Card).where(Card.id == cid).values(image_locator=f"{image_host}/card.jpg"))
         report = run_stage_c(engine, [cid], writer="w", run_id=None, fetcher=fetcher, lexicon=frozenset())
@@ -258,7 +266,34 @@ def test_throttles_back_off_exponentially_and_a_success_resets_them(engine: sa.E
     assert (c.throttle_count, c.next_eligible_at, c.stage_c_pending) == (0, None, False)
 
 
-@pytest.mark.parametrize(("path", "at_least_s"), [("/busy.jpg", 30), ("/busy-long.jpg", 120), ("/busy-date.jpg", 280)])
+def test_a_cards_throttle_delay_starts_over_while_the_host_answers_others(engine: sa.Engine, image_host: str) -> None:
+    """A throttle says the host is busy, not that the card is bad: under a host that throttles some
+    requests and serves others, no card's wait grows with its own streak."""
+    host = image_host.split("//", 1)[1]
+    unlucky = add_card(engine, f"{image_host}/unavailable.jpg", name="Unlucky")
+    others = [add_card(engine, f"{image_host}/card.jpg?{i}", name=f"Other {i}") for i in range(6)]
+    waits = []
+    with make_fetcher(engine, [], [host]) as fetcher:
+        for other in others:
+            waits.append(throttle_wait(engine, fetcher, unlucky))
+            assert run_stage_c(engine, [other], writer="w", run_id=None, fetcher=fetcher,
+                               lexicon=frozenset()).completed == 1
+    assert card(engine, unlucky).throttle_count == 1
+    assert max(waits) <= THROTTLE_BASE_S + 0.5, waits
+
+
+def test_a_cards_throttle_delay_is_bounded_and_jittered(engine: sa.Engine, image_host: str) -> None:
+    host = image_host.split("//", 1)[1]
+    cids = [add_card(engine, f"{image_host}/unavailable.jpg?{i}", name=f"Card {i}") for i in range(9)]
+    with make_fetcher(engine, [], [host]) as fetcher:
+        firsts = [throttle_wait(engine, fetcher, cid) for cid in cids[1:]]
+        streak = [throttle_wait(engine, fetcher, cids[0]) for _ in range(10)]
+    assert max(streak) <= THROTTLE_CAP_S + 0.5, streak
+    assert streak[-1] >= THROTTLE_CAP_S / 2 - 0.5
+    assert max(firsts) - min(firsts) > 0.1, firsts  # cards throttled together do not come back in lockstep
+
+
+@pytest.mark.parametrize(("path", "at_least_s"), [("/busy.jpg", 3), ("/busy-long.jpg", 120), ("/busy-date.jpg", 280)])
 def test_a_longer_retry_after_is_honoured(engine: sa.Engine, image_host: str, path: str, at_least_s: int) -> None:
     cid = add_card(engine, image_host + path)
     before = utcnow()
