@@ -28,7 +28,9 @@ THROTTLE_BASE_S = 5.0
 THROTTLE_CAP_S = 120.0
 RETRY_AFTER_CAP_S = 6 * 3600.0
 # A card whose fetch succeeded or ended in a terminal record owes no wait any more.
-BACKOFF_CLEARED: dict[str, Any] = {"throttle_count": 0, "next_eligible_at": None}
+BACKOFF_CLEARED: dict[str, Any] = {
+    "throttle_count": 0, "next_eligible_at": None, "config_refused_under": None, "config_refused_setting": None,
+}
 
 
 def _merge(dialect: str, stored: Any, patch: dict[str, Any]) -> Any:
@@ -132,3 +134,20 @@ def defer_card(session: Session, card_id: int, *, seen_locator: str, now: dateti
         .values(throttle_count=streak, next_eligible_at=until, updated_at=Card.updated_at)  # not a change of the card
     )
     return until
+
+
+def wait_on_configuration(session: Session, card_id: int, *, seen_locator: str, fingerprint: str,
+                          setting: str) -> bool:
+    """The settings refuse the card's locator: take it out of the Stage C backlog until they change.
+
+    Marked with the allow-list ``fingerprint`` it was refused under and the ``setting`` to change; no
+    timer. Does nothing (False) when a writer has pointed the card at another image since we read it.
+    """
+    return bool(
+        session.execute(
+            sa.update(Card)
+            .where(Card.id == card_id, Card.image_locator == seen_locator)
+            .values(stage_c_pending=False, config_refused_under=fingerprint, config_refused_setting=setting,
+                    next_eligible_at=None, updated_at=Card.updated_at)  # not a change of the card
+        ).rowcount
+    )

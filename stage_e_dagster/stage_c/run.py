@@ -5,8 +5,9 @@ only the stale extractors, and persist in one transaction. Knows nothing of Dags
 
 Whose problem a fetch was decides what is left behind: the host's trouble (``failed``) counts in
 the fetch window; the upload's own (``rejected``: corrupt, truncated, empty, oversized, missing)
-is a terminal record and does not count; a throttle or a refusal by the settings leaves no record
-and keeps the card in the backlog behind a backoff.
+is a terminal record and does not count; a throttle leaves no record and keeps the card in the
+backlog behind a short wait; a refusal by the settings leaves no record and takes the card out of
+the backlog, waiting on configuration, until the settings change.
 """
 
 from __future__ import annotations
@@ -30,7 +31,7 @@ from .current import satisfies_stage_c
 from .fetch import CONFIG_REFUSED, FAILED, REJECTED, THROTTLED, FetchLockout, FetchResult, ImageFetcher
 from .lexicon import known_set_codes
 from .manifest import stale_extractors
-from .persist import BACKOFF_CLEARED, count_transient_failure, defer_card, persist_evidence
+from .persist import BACKOFF_CLEARED, count_transient_failure, defer_card, persist_evidence, wait_on_configuration
 from .prefetch import FetchAhead
 
 log = logging.getLogger(__name__)
@@ -184,7 +185,8 @@ def run_stage_c(engine: sa.Engine, card_ids: Sequence[int] | None, *, writer: st
             cards.start(None if limit is None else limit - report.attempted)
             try:
                 _process_card(engine, view, report, writer=writer, run_id=run_id, fetcher=cards,  # type: ignore[arg-type]
-                              lexicon=lexicon, retry_budget=retry_budget, note=note)
+                              lexicon=lexicon, retry_budget=retry_budget, note=note,
+                              fingerprint=fetcher.settings_fingerprint)
             finally:
                 if progress is not None:
                     progress(1)
@@ -215,7 +217,8 @@ def _lockout_met_ahead(engine: sa.Engine, view: _CardView, exc: FetchLockout, re
 
 
 def _process_card(engine: sa.Engine, view: _CardView, report: StageCReport, *, writer: str, run_id: str | None,
-                  fetcher: ImageFetcher, lexicon: frozenset[str], retry_budget: int, note: CardNote) -> None:
+                  fetcher: ImageFetcher, lexicon: frozenset[str], retry_budget: int, note: CardNote,
+                  fingerprint: str) -> None:
     keys: list[str] | None = None
     if view.known_hash is not None:
         with session_scope(engine) as session:
@@ -244,8 +247,8 @@ def _process_card(engine: sa.Engine, view: _CardView, report: StageCReport, *, w
         return
 
     if fetched.outcome == CONFIG_REFUSED:
-        _defer_config_refused(engine, view, fetched, report)
-        note(view.id, CONFIG_REFUSED, f"{fetched.error_class}: not fetched, fix {fetched.setting}; stays in backlog")
+        _defer_config_refused(engine, view, fetched, report, fingerprint=fingerprint)
+        note(view.id, CONFIG_REFUSED, f"{fetched.error_class}: not fetched, waits on configuration: fix {fetched.setting}")
         return
 
     if fetched.outcome in (FAILED, REJECTED):
@@ -299,20 +302,21 @@ def _defer_throttled(engine: sa.Engine, view: _CardView, fetched: FetchResult, r
     report.deferred_card_ids.append(view.id)
 
 
-def _defer_config_refused(engine: sa.Engine, view: _CardView, fetched: FetchResult, report: StageCReport) -> None:
+def _defer_config_refused(engine: sa.Engine, view: _CardView, fetched: FetchResult, report: StageCReport, *,
+                          fingerprint: str) -> None:
     """The settings forbid the locator: a configuration error, not a property of the card.
 
-    Nothing is fetched, so no fetch outcome is recorded and no evidence written; the card stays
-    in the backlog behind the same backoff as a throttled card, and is processed once the
-    setting named in the warning allows it.
+    Nothing is fetched, so no fetch outcome is recorded and no evidence written; the card leaves the
+    backlog and waits on configuration until the settings change (``requeue_config_refused``).
     """
     with session_scope(engine) as session:
-        until = defer_card(session, view.id, seen_locator=view.locator, now=utcnow())
+        wait_on_configuration(session, view.id, seen_locator=view.locator, fingerprint=fingerprint,
+                              setting=fetched.setting or "")
     report.config_refused += 1
     report.deferred_card_ids.append(view.id)
-    log.warning("card %s not fetched, refused by the settings: %s (fix %s). The card stays in the backlog; "
-                "next try after %s", view.id, fetched.detail or fetched.error_class, fetched.setting,
-                until.isoformat(timespec="seconds") if until is not None else "its image changes")
+    log.warning("card %s not fetched, refused by the settings: %s (fix %s). The card waits on configuration "
+                "and is tried again once the settings change", view.id, fetched.detail or fetched.error_class,
+                fetched.setting)
 
 
 def _persist_failed_fetch(engine: sa.Engine, view: _CardView, fetched: FetchResult, report: StageCReport, *,

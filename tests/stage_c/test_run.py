@@ -17,7 +17,10 @@ from sqlalchemy.orm import Session
 from stage_e_dagster.catalog.base import utcnow
 from stage_e_dagster.catalog.engine import session_scope
 from stage_e_dagster.catalog.models import Card, FetchOutcome, ImageEvidence
+from stage_e_dagster.catalog.backlog import STAGE_C_PENDING, requeue_config_refused, waiting_on_configuration
+from stage_e_dagster.defs.governor import has_unclaimed
 from stage_e_dagster.stage_c.backlog import mark_image_changed
+from stage_e_dagster.stage_c.fetch import REFUSING_SETTINGS
 from stage_e_dagster.stage_c.compute import locator_key, sha256_hex
 from stage_e_dagster.stage_c.manifest import MANIFEST_VERSIONS
 from stage_e_dagster.stage_c.persist import THROTTLE_BASE_S, THROTTLE_CAP_S
@@ -198,7 +201,13 @@ def make_eligible_now(engine: sa.Engine, card_id: int) -> None:
         conn.execute(sa.update(Card).where(Card.id == card_id).values(next_eligible_at=utcnow() - timedelta(seconds=1)))
 
 
-def test_a_host_refused_by_the_settings_leaves_no_record_and_is_fetched_once_the_setting_allows_it(
+def requeue_for(engine: sa.Engine, fetcher) -> int:
+    """What the dispatch sensor (and ``stage-e bulk``) does with the settings it runs under."""
+    with session_scope(engine) as session:
+        return requeue_config_refused(session, fetcher.settings_fingerprint)
+
+
+def test_a_host_refused_by_the_settings_waits_on_configuration_and_is_fetched_once_the_setting_changes(
         engine: sa.Engine, image_host: str, caplog: pytest.LogCaptureFixture) -> None:
     cid = add_card(engine, f"{image_host}/card.jpg")
     with make_fetcher(engine, [], ["images.example.org"]) as fetcher, caplog.at_level(logging.WARNING):
@@ -207,18 +216,25 @@ def test_a_host_refused_by_the_settings_leaves_no_record_and_is_fetched_once_the
     assert report.deferred_card_ids == [cid]
     assert evidence(engine, cid) == [] and outcomes(engine) == []  # nothing fetched, nothing terminal
     c = card(engine, cid)
-    assert c.stage_c_pending is True and c.next_eligible_at is not None and c.next_eligible_at > utcnow()
+    # Out of the backlog (idleness and sizing do not count it), on no timer, counted on its own.
+    assert c.stage_c_pending is False and c.next_eligible_at is None
+    with Session(engine) as session:
+        assert waiting_on_configuration(session, REFUSING_SETTINGS) == {"STAGE_E_FETCH_ALLOWED_HOSTS": 1}
+    assert not has_unclaimed(engine, STAGE_C_PENDING, now=utcnow() + timedelta(days=1))
     assert "STAGE_E_FETCH_ALLOWED_HOSTS" in caplog.text and image_host.split("//", 1)[1] in caplog.text
 
-    with make_fetcher(engine, [], [image_host.split("//", 1)[1]]) as fixed:
-        # Not before its backoff: no batch, and no BULK pass, takes it in a loop.
-        early = run_stage_c(engine, None, writer="w", run_id=None, fetcher=fixed, lexicon=frozenset())
-        assert (early.attempted, early.not_yet_eligible) == (0, 1) and outcomes(engine) == []
-        make_eligible_now(engine, cid)
+    with make_fetcher(engine, [], ["images.example.org"]) as same:  # the same settings: tried never again
+        assert requeue_for(engine, same) == 0
+        again = run_stage_c(engine, None, writer="w", run_id=None, fetcher=same, lexicon=frozenset())
+        assert again.attempted == 0 and outcomes(engine) == []
+    with make_fetcher(engine, [], ["images.example.org", image_host.split("//", 1)[1]]) as fixed:
+        assert requeue_for(engine, fixed) == 1 and requeue_for(engine, fixed) == 0
         later = run_stage_c(engine, None, writer="w", run_id=None, fetcher=fixed, lexicon=frozenset())
     assert (later.attempted, later.completed, later.terminal) == (1, 1, 0)
     c = card(engine, cid)
     assert c.stage_c_pending is False and (c.throttle_count, c.next_eligible_at) == (0, None)
+    with Session(engine) as session:
+        assert waiting_on_configuration(session, REFUSING_SETTINGS) == {}
     [row] = evidence(engine, cid)
     assert row.fetch_ok is True and not row.terminal and outcomes(engine) == [("ok", cid)]
 
@@ -231,12 +247,46 @@ def test_a_file_outside_the_image_roots_waits_for_the_setting(engine: sa.Engine,
     with make_fetcher(engine, [elsewhere]) as fetcher, caplog.at_level(logging.WARNING):
         report = run_stage_c(engine, None, writer="w", run_id=None, fetcher=fetcher, lexicon=frozenset())
     assert (report.attempted, report.config_refused, report.terminal) == (1, 1, 0)
-    assert evidence(engine, cid) == [] and outcomes(engine) == [] and card(engine, cid).stage_c_pending is True
+    assert evidence(engine, cid) == [] and outcomes(engine) == [] and card(engine, cid).stage_c_pending is False
+    with Session(engine) as session:
+        assert waiting_on_configuration(session, REFUSING_SETTINGS) == {"STAGE_E_IMAGE_ROOTS": 1}
     assert "STAGE_E_IMAGE_ROOTS" in caplog.text
-    make_eligible_now(engine, cid)
     with make_fetcher(engine, [elsewhere, root]) as fixed:
+        assert requeue_for(engine, fixed) == 1
         later = run_stage_c(engine, None, writer="w", run_id=None, fetcher=fixed, lexicon=frozenset())
     assert (later.completed, later.terminal) == (1, 0) and card(engine, cid).stage_c_pending is False
+
+
+def test_a_redirect_off_the_allow_list_is_the_uploads_terminal_outcome_fetched_once(
+        engine: sa.Engine, image_host: str) -> None:
+    cid = add_card(engine, f"{image_host}/escape.jpg")
+    with make_fetcher(engine, [], [image_host.split("//", 1)[1]]) as fetcher:
+        first = run_stage_c(engine, None, writer="w", run_id=None, fetcher=fetcher, lexicon=frozenset())
+        second = run_stage_c(engine, None, writer="w", run_id=None, fetcher=fetcher, lexicon=frozenset())
+    assert (first.attempted, first.terminal, first.rejected, first.config_refused) == (1, 1, 1, 0)
+    assert second.attempted == 0
+    [row] = evidence(engine, cid)
+    assert row.terminal and row.fetch_error_class == "redirect-not-allowed"
+    assert outcomes(engine) == [("rejected", cid)] and card(engine, cid).stage_c_pending is False
+
+
+@pytest.mark.parametrize("how", ["dot-dot", "symlink"])
+def test_a_path_escaping_its_image_root_is_the_uploads_terminal_outcome_fetched_once(
+        engine: sa.Engine, root: Path, tmp_path: Path, how: str) -> None:
+    secret = tmp_path / "secret.jpg"
+    secret.write_bytes((root / "good.jpg").read_bytes())
+    if how == "symlink":
+        (root / "link.jpg").symlink_to(secret)
+        locator = (root / "link.jpg").as_uri()
+    else:
+        locator = "file://" + str(root) + "/../secret.jpg"
+    cid = add_card(engine, locator)
+    with make_fetcher(engine, [root]) as fetcher:
+        first = run_stage_c(engine, None, writer="w", run_id=None, fetcher=fetcher, lexicon=frozenset())
+        second = run_stage_c(engine, None, writer="w", run_id=None, fetcher=fetcher, lexicon=frozenset())
+    assert (first.attempted, first.terminal, first.config_refused) == (1, 1, 0) and second.attempted == 0
+    [row] = evidence(engine, cid)
+    assert row.terminal and row.fetch_error_class == "escapes-image-roots"
 
 
 def throttle_wait(engine: sa.Engine, fetcher, card_id: int) -> float:

@@ -1,4 +1,5 @@
-"""dispatch under faults (part B): the host's last clean answer for the throttle streak
+"""dispatch under faults (part B): the host's last clean answer for the throttle streak, and cards
+waiting on configuration (refused by the settings, out of the backlog until the settings change)
 
 Revision ID: 0012
 Revises: 0009
@@ -17,8 +18,23 @@ def upgrade() -> None:
     with op.batch_alter_table("fetch_pacer") as batch:
         batch.add_column(sa.Column("last_ok_at", sa.Float(), nullable=True,
                                    comment="epoch seconds of the destination's last clean answer (to within a second)"))
+    with op.batch_alter_table("cards") as batch:
+        batch.add_column(sa.Column("config_refused_under", sa.String(16), nullable=True,
+                                   comment="refused by the settings: the allow-list fingerprint it was refused under; "
+                                   "out of the backlog until the settings differ"))
+        batch.add_column(sa.Column("config_refused_setting", sa.String(40), nullable=True,
+                                   comment="the variable whose change would allow the card's locator"))
+    op.create_index("ix_cards_config_refused", "cards", ["config_refused_under"],
+                    sqlite_where=sa.text("config_refused_under IS NOT NULL"),
+                    postgresql_where=sa.text("config_refused_under IS NOT NULL"))
 
 
 def downgrade() -> None:
+    # A card waiting on configuration goes back to the backlog the older code reads.
+    op.execute("UPDATE cards SET stage_c_pending = true WHERE config_refused_under IS NOT NULL")
+    op.drop_index("ix_cards_config_refused", table_name="cards")
+    with op.batch_alter_table("cards") as batch:
+        batch.drop_column("config_refused_setting")
+        batch.drop_column("config_refused_under")
     with op.batch_alter_table("fetch_pacer") as batch:
         batch.drop_column("last_ok_at")
