@@ -52,6 +52,11 @@ def allow_list_fingerprint(image_roots: Sequence[Path | str], allowed_hosts: Seq
     return hashlib.sha256(json.dumps([roots, hosts]).encode()).hexdigest()[:16]
 
 
+def settings_fingerprint(settings: "Settings") -> str:
+    """:func:`allow_list_fingerprint` of what ``settings`` allow (the fetcher it would build)."""
+    return allow_list_fingerprint(settings.image_roots, settings.fetch_allowed_hosts)
+
+
 class FetchLockout(Exception):
     """A 403 from an image host: the host is refusing us, and Stage C must stop at once."""
 

@@ -25,7 +25,7 @@ from ..catalog.engine import session_scope
 from ..catalog.models import Card, ImageEvidence
 from ..envelope.fetch_window import record_fetch_outcome
 from . import pacer
-from .backlog import backlog_page, cards_by_id
+from .backlog import backlog_page, cards_by_id, leased_elsewhere
 from .compute import ExtractionResult, compute_evidence, locator_key, sha256_hex, terminal_result
 from .current import satisfies_stage_c
 from .fetch import CONFIG_REFUSED, FAILED, REJECTED, THROTTLED, FetchLockout, FetchResult, ImageFetcher
@@ -64,7 +64,8 @@ class StageCReport:
     """What one pass did. ``fetch_failures`` are the host's (they count in the fetch window);
     ``rejected`` uploads and ``config_refused`` locators are not failures; ``terminal`` counts every
     terminal record written (rejected uploads and permanent host failures); ``not_yet_eligible``
-    cards were skipped unfetched because their backoff has not passed."""
+    cards were skipped unfetched because their backoff has not passed; ``claimed_elsewhere`` cards
+    were skipped because a live lease (a dispatch batch in flight) holds them."""
 
     attempted: int = 0
     completed: int = 0
@@ -75,6 +76,7 @@ class StageCReport:
     rejected: int = 0
     config_refused: int = 0
     not_yet_eligible: int = 0
+    claimed_elsewhere: int = 0
     lockout: LockoutInfo | None = None
     deferred_card_ids: list[int] = field(default_factory=list)
 
@@ -100,13 +102,19 @@ def _view(card: Card) -> _CardView:
                      bool(card.stage_c_pending), card.next_eligible_at)
 
 
-def _iter_cards(engine: sa.Engine, card_ids: Sequence[int] | None, report: StageCReport) -> Iterator[_CardView]:
-    """The cards to process, in order. A card still backing off (throttled, or refused by the
-    settings) is skipped here, unfetched and counted, so nothing fetches it (ahead or not) before its time."""
+def _iter_cards(engine: sa.Engine, card_ids: Sequence[int] | None, report: StageCReport, *,
+                skip_leased: bool = False) -> Iterator[_CardView]:
+    """The cards to process, in order. A card still backing off (throttled) is skipped here, unfetched
+    and counted, so nothing fetches it (ahead or not) before its time; with ``skip_leased`` so is a
+    card a live lease holds (a BULK pass beside streaming leaves a batch's cards to its run)."""
 
-    def eligible(views: list[_CardView]) -> Iterator[_CardView]:
+    def eligible(session: Session, views: list[_CardView]) -> Iterator[_CardView]:
         now = utcnow()
+        leased = leased_elsewhere(session, [v.id for v in views], now=now) if skip_leased else set()
         for view in views:
+            if view.id in leased:
+                report.claimed_elsewhere += 1
+                continue
             if view.next_eligible_at is not None and view.next_eligible_at > now:
                 report.not_yet_eligible += 1
                 if card_ids is not None:
@@ -119,16 +127,17 @@ def _iter_cards(engine: sa.Engine, card_ids: Sequence[int] | None, report: Stage
             chunk = list(card_ids[start:start + PAGE_SIZE])
             with Session(engine) as session:
                 found = cards_by_id(session, chunk)
-                views = [_view(found[i]) for i in chunk if i in found]
-            yield from eligible(views)
+                views = list(eligible(session, [_view(found[i]) for i in chunk if i in found]))
+            yield from views
         return
     after = 0
     while True:
         with Session(engine) as session:
             page = [_view(c) for c in backlog_page(session, after, PAGE_SIZE)]
+            views = list(eligible(session, page))
         if not page:
             return
-        yield from eligible(page)
+        yield from views
         after = page[-1].id
 
 
@@ -156,7 +165,7 @@ def run_stage_c(engine: sa.Engine, card_ids: Sequence[int] | None, *, writer: st
                 fetcher: ImageFetcher, lexicon: frozenset[str] | None = None, limit: int | None = None,
                 progress: Callable[[int], None] | None = None, should_stop: Callable[[], bool] | None = None,
                 retry_budget: int = DEFAULT_RETRY_BUDGET, fetch_ahead: int = FETCH_AHEAD,
-                on_card: CardNote | None = None) -> StageCReport:
+                on_card: CardNote | None = None, skip_leased: bool = False) -> StageCReport:
     """Bring the evidence of ``card_ids`` (None: the whole Stage C backlog, by id) up to date.
 
     Ordinary per-card failures are counted and recorded, never raised. A 403 from an image host
@@ -164,13 +173,14 @@ def run_stage_c(engine: sa.Engine, card_ids: Sequence[int] | None, *, writer: st
     reached is listed as deferred (for an explicit ``card_ids`` list; in BULK mode they simply
     stay in the backlog). ``should_stop`` is asked before every card; no card starts after it says
     stop. Up to ``fetch_ahead`` cards are fetched ahead in a thread while a card computes.
-    ``on_card`` is told of each card that failed, was deferred or was left terminal.
+    ``on_card`` is told of each card that failed, was deferred or was left terminal. ``skip_leased``
+    (BULK mode beside streaming) leaves alone every card a live lease holds.
     """
     if lexicon is None:
         lexicon = known_set_codes(engine)
     note = on_card or _ignore
     report = StageCReport()
-    cards = FetchAhead(_iter_cards(engine, card_ids, report), fetcher, depth=fetch_ahead,
+    cards = FetchAhead(_iter_cards(engine, card_ids, report, skip_leased=skip_leased), fetcher, depth=fetch_ahead,
                        wanted=lambda view: view.stage_c_pending)
     stopped = False
     try:

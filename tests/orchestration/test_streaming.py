@@ -212,3 +212,37 @@ def test_a_429_defers_the_card_and_does_not_trip(
     )
     with session_scope(pipeline.engine) as session:
         assert current_open_trip(session) is None
+
+
+def test_a_host_the_settings_refuse_waits_on_configuration_visibly_until_the_settings_change(
+    pipeline: Pipeline, image_server: ImageServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("STAGE_E_STREAMING_ENABLED", "true")
+    monkeypatch.setenv("STAGE_E_FETCH_ALLOWED_HOSTS", "images.example.org")
+    with pipeline.engine.begin() as conn:
+        card_id, locator = conn.execute(sa.select(Card.id, Card.image_locator).order_by(Card.id).limit(1)).one()
+        name = locator.split("/corpus/", 1)[1]
+        conn.execute(sa.update(Card).where(Card.id == card_id).values(image_locator=f"{image_server.base}/{name}"))
+    for run_id in pipeline.drain():
+        assert pipeline.instance.get_run_by_id(run_id).is_success
+    with session_scope(pipeline.engine) as session:
+        refused = session.get(Card, card_id)
+        assert not refused.stage_c_pending and refused.next_eligible_at is None
+        assert session.execute(sa.select(sa.func.count()).select_from(ImageEvidence)
+                               .where(ImageEvidence.card_id == card_id)).scalar_one() == 0
+    assert image_server.requests == []
+    assert "no unclaimed cards" in skip_text(pipeline.tick("card_created_sensor"))  # left out of the backlog
+    pipeline.tick("envelope_trip_sensor")
+    [record] = pipeline.instance.fetch_observations(AssetKey("stage_e_envelope"), limit=1).records
+    meta = record.asset_observation.metadata
+    assert meta["waiting_on_configuration_hosts"].value == 1 and meta["waiting_on_configuration_roots"].value == 0
+    assert meta["stage_c_waiting"].value == 0
+
+    monkeypatch.setenv("STAGE_E_FETCH_ALLOWED_HOSTS", "images.example.org,127.0.0.1")  # the operator fixes it
+    assert pipeline.drain()
+    with session_scope(pipeline.engine) as session:
+        fixed = session.get(Card, card_id)
+        assert not fixed.stage_c_pending and fixed.config_refused_under is None
+        assert session.execute(sa.select(sa.func.count()).select_from(ImageEvidence)
+                               .where(ImageEvidence.card_id == card_id)).scalar_one() == 1
+    assert image_server.requests == [name]
