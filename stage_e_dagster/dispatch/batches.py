@@ -113,7 +113,13 @@ def get_batch(session: Session, batch_key: str) -> MicroBatch:
 
 
 def _set_status(
-    session: Session, batch_key: str, *, to: str, when: Sequence[str], held_by: str | None = None, **values: object
+    session: Session,
+    batch_key: str,
+    *,
+    to: str | sa.ColumnElement[str],
+    when: Sequence[str],
+    held_by: str | None = None,
+    **values: object,
 ) -> bool:
     """Compare-and-set on the batch row: move it to ``to`` only from a status in ``when`` (and, given
     ``held_by``, only while that run holds it). Two evaluators racing: exactly one gets ``True``."""
@@ -143,14 +149,30 @@ def take_batch(session: Session, batch_key: str, *, run_id: str, now: datetime, 
     return True
 
 
+def record_stage_c_end(
+    session: Session, batch_key: str, *, run_id: str, cards_done: int, stopped_by_trip: str | None
+) -> bool:
+    """What Stage C did with the batch, while ``run_id`` holds it: the cards it finished, and the trip
+    that stopped it before every card (if one did)."""
+    return bool(
+        session.execute(
+            sa.update(MicroBatch)
+            .where(MicroBatch.batch_key == batch_key, MicroBatch.status == "running", MicroBatch.run_id == run_id)
+            .values(cards_done=cards_done, stopped_by_trip=stopped_by_trip)
+            .execution_options(synchronize_session=False)
+        ).rowcount
+    )
+
+
 def mark_succeeded(
     session: Session, batch: MicroBatch, *, now: datetime, peak_rss_mb: float | None, run_id: str | None = None
 ) -> bool:
-    """running -> succeeded for the run that holds the batch; releases its claims."""
+    """running -> succeeded (or ``stopped``, when a trip stopped its Stage C early) for the run that
+    holds the batch; releases its claims."""
     done = _set_status(
         session,
         batch.batch_key,
-        to="succeeded",
+        to=sa.case((MicroBatch.stopped_by_trip.is_(None), "succeeded"), else_="stopped"),
         when=("running",),
         held_by=run_id or batch.run_id,
         finished_at=now,

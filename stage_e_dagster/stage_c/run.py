@@ -77,6 +77,7 @@ class StageCReport:
     config_refused: int = 0
     not_yet_eligible: int = 0
     claimed_elsewhere: int = 0
+    stopped: bool = False  # ``should_stop`` said stop before every card was reached
     lockout: LockoutInfo | None = None
     deferred_card_ids: list[int] = field(default_factory=list)
 
@@ -189,7 +190,7 @@ def run_stage_c(engine: sa.Engine, card_ids: Sequence[int] | None, *, writer: st
                 break
             if should_stop is not None and should_stop():
                 report.deferred_card_ids.append(view.id)
-                stopped = True
+                stopped = report.stopped = True
                 break
             report.attempted += 1
             cards.start(None if limit is None else limit - report.attempted)

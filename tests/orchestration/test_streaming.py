@@ -2,12 +2,16 @@
 
 from __future__ import annotations
 
+import json
+
 import pytest
 import sqlalchemy as sa
 from dagster import AssetKey, AssetRecordsFilter, SensorResult, SkipReason
+from typer.testing import CliRunner
 
 from stage_e_dagster.catalog.engine import session_scope
 from stage_e_dagster.catalog.models import Card, EnvelopeTrip, FetchOutcome, ImageEvidence, MicroBatch, PrintingVote
+from stage_e_dagster.cli.main import app
 from stage_e_dagster.dispatch.ledger import STAGE_C_FIELDS, STAGE_D_FIELDS
 from stage_e_dagster.envelope.trips import acknowledge_trip, current_open_trip
 
@@ -246,3 +250,33 @@ def test_a_host_the_settings_refuse_waits_on_configuration_visibly_until_the_set
         assert session.execute(sa.select(sa.func.count()).select_from(ImageEvidence)
                                .where(ImageEvidence.card_id == card_id)).scalar_one() == 1
     assert image_server.requests == [name]
+
+
+def test_a_batch_a_trip_stopped_early_reads_stopped_with_cards_done_of_cards_held(
+    pipeline: Pipeline, image_server: ImageServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("STAGE_E_STREAMING_ENABLED", "true")
+    monkeypatch.setenv("STAGE_E_MICRO_BATCH_SIZE", "3")
+    with pipeline.engine.begin() as conn:
+        rows = conn.execute(sa.select(Card.id, Card.image_locator).order_by(Card.id)).all()
+        for card_id, locator in rows:
+            name = locator.split("/corpus/", 1)[1]
+            conn.execute(sa.update(Card).where(Card.id == card_id).values(image_locator=f"{image_server.base}/{name}"))
+    image_server.status[rows[1][1].split("/corpus/", 1)[1]] = 403
+    first = pipeline.tick("card_created_sensor").run_requests[0]
+    assert pipeline.run(first.partition_key, tags=dict(first.tags)).success
+    with session_scope(pipeline.engine) as session:
+        trip = current_open_trip(session)
+        batch = session.get(MicroBatch, first.partition_key)
+        assert batch.status == "stopped"
+        assert (batch.cards_done, len(batch.card_ids)) == (1, 3)
+        assert batch.stopped_by_trip == trip.trip_id
+    for asset in ("stage_c_evidence", "stage_d_verdicts"):
+        [record] = pipeline.instance.fetch_materializations(AssetRecordsFilter(asset_key=AssetKey(asset)),
+                                                            limit=1).records
+        meta = record.asset_materialization.metadata
+        assert (meta["cards_done"].value, meta["card_count"].value, meta["stopped_early"].value) == (1, 3, 1)
+        assert meta["stopped_by_trip"].value == trip.trip_id
+    listed = CliRunner().invoke(app, ["batches", "list", "--json"])
+    [shown] = [b for b in json.loads(listed.output) if b["batch_key"] == first.partition_key]
+    assert (shown["status"], shown["cards_done"], shown["card_count"]) == ("stopped", 1, 3)
