@@ -50,7 +50,8 @@ def requeue_config_refused(session: Session, fingerprint: str, *, limit: int = 1
     session.execute(
         sa.update(Card)
         .where(Card.id.in_(ids), other)
-        .values(stage_c_pending=True, config_refused_under=None, config_refused_setting=None, updated_at=Card.updated_at)
+        .values(stage_c_pending=True, config_refused_under=None, config_refused_setting=None,
+                updated_at=Card.updated_at)
         .execution_options(synchronize_session=False)
     )
     return len(ids)

@@ -54,7 +54,8 @@ def active_dispatch_runs(instance: DagsterInstance, statuses: list[DagsterRunSta
 
 def hold_dispatch(instance: DagsterInstance, engine: sa.Engine, *, trip_id: str, reason: str) -> int:
     """Pool to 0 (remembering the limit it had) and cancel every queued dispatch run a sensor requested
-    (a sweep's wait, queued, for the acknowledgement); returns how many runs were cancelled. Taking the hold is a compare-and-set on the catalogue row."""
+    (a sweep's wait, queued, for the acknowledgement); returns how many runs were cancelled. Taking
+    the hold is a compare-and-set on the catalogue row."""
     with session_scope(engine) as session:
         control = pool_control(session, DISPATCH_POOL)
         if control.held_at is None:

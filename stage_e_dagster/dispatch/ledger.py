@@ -50,7 +50,11 @@ def _common(
 
 def stopped_fields(*, cards_done: int, stopped_by_trip: str | None) -> dict[str, Any]:
     """Cards done of cards held, and whether a trip stopped the batch before every card (``stopped``)."""
-    return {"cards_done": cards_done, "stopped_early": int(bool(stopped_by_trip)), "stopped_by_trip": stopped_by_trip or ""}
+    return {
+        "cards_done": cards_done,
+        "stopped_early": int(bool(stopped_by_trip)),
+        "stopped_by_trip": stopped_by_trip or "",
+    }
 
 
 def stage_c_row(

@@ -120,7 +120,8 @@ def defer_card(session: Session, card_id: int, *, seen_locator: str, now: dateti
     (returns None) when a writer has pointed the card at another image since we read it.
     """
     row = session.execute(
-        sa.select(Card.throttle_count, Card.next_eligible_at).where(Card.id == card_id, Card.image_locator == seen_locator)
+        sa.select(Card.throttle_count, Card.next_eligible_at)
+        .where(Card.id == card_id, Card.image_locator == seen_locator)
     ).one_or_none()
     if row is None:
         return None

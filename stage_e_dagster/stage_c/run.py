@@ -259,7 +259,8 @@ def _process_card(engine: sa.Engine, view: _CardView, report: StageCReport, *, w
 
     if fetched.outcome == CONFIG_REFUSED:
         _defer_config_refused(engine, view, fetched, report, fingerprint=fingerprint)
-        note(view.id, CONFIG_REFUSED, f"{fetched.error_class}: not fetched, waits on configuration: fix {fetched.setting}")
+        note(view.id, CONFIG_REFUSED,
+             f"{fetched.error_class}: not fetched, waits on configuration: fix {fetched.setting}")
         return
 
     if fetched.outcome in (FAILED, REJECTED):

@@ -31,6 +31,7 @@ from stage_e_dagster.corpus.seed import seed_corpus
 from stage_e_dagster.definitions import defs
 from stage_e_dagster.defs.partitions import micro_batches
 from stage_e_dagster.defs.resources import StageEResource
+from stage_e_dagster.dispatch import conveyor
 
 INSTANCE_OVERRIDES = {"concurrency": {"pools": {"granularity": "run", "default_limit": 2}}}
 
@@ -96,6 +97,16 @@ class Pipeline:
             raise_on_error=False,
             tags=tags or {},
         )
+
+    def run_failing_in_stage_c(self, partition_key: str, tags: dict[str, str], monkeypatch: pytest.MonkeyPatch):  # type: ignore[no-untyped-def]
+        """Run the batch with Stage C raising ``RuntimeError: stage C broke`` after the run took it."""
+
+        def broken_stage_c(*args: object, **kwargs: object) -> None:
+            raise RuntimeError("stage C broke")
+
+        with monkeypatch.context() as patched:
+            patched.setattr(conveyor, "run_stage_c", broken_stage_c)
+            return self.run(partition_key, tags=tags)
 
     def drain(self, sensor_name: str = "card_created_sensor", max_ticks: int = 20) -> list[str]:
         """Tick and run every requested batch until the sensor asks for nothing; returns the run ids."""

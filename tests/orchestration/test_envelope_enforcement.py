@@ -15,7 +15,6 @@ from stage_e_dagster.catalog.models import CardClaim, EnvelopeTrip, MicroBatch, 
 from stage_e_dagster.defs.hold import pool_limit
 from stage_e_dagster.defs.run_ends import settle_run_end
 from stage_e_dagster.defs.tags import DISPATCH_TAG, PARTITION_TAG
-from stage_e_dagster.dispatch import conveyor
 from stage_e_dagster.dispatch.batches import PARKED_KEY, take_batch
 from stage_e_dagster.envelope.fetch_window import record_fetch_outcome
 from stage_e_dagster.envelope.signals import current_rss_mb, peak_rss_mb
@@ -103,13 +102,7 @@ def test_an_open_trip_holds_the_pool_and_ack_restores_it(pipeline: Pipeline) -> 
 
 def test_a_failed_run_gets_a_ledger_entry_and_a_retry_under_a_new_key(pipeline: Pipeline, monkeypatch) -> None:
     request = pipeline.tick("card_created_sensor").run_requests[0]
-    # Stage C fails inside the run, after the run took its batch.
-    def broken_stage_c(*args: object, **kwargs: object) -> None:
-        raise RuntimeError("stage C broke")
-
-    with monkeypatch.context() as patched:
-        patched.setattr(conveyor, "run_stage_c", broken_stage_c)
-        outcome = pipeline.run(request.partition_key, tags=dict(request.tags))
+    outcome = pipeline.run_failing_in_stage_c(request.partition_key, dict(request.tags), monkeypatch)
     assert not outcome.success
     result = pipeline.tick("envelope_trip_sensor")
     [event] = [e for e in result.asset_events if e.asset_key == AssetKey("stage_c_evidence")]
@@ -194,7 +187,9 @@ def test_a_run_cancelled_for_its_max_runtime_spends_an_attempt_and_a_hanging_car
     key = pipeline.tick("card_created_sensor").run_requests[0].partition_key
     for attempt in (1, 2):
         run = _run_holding(pipeline, key)
-        pipeline.instance.report_run_canceling(run, message="Canceling due to exceeding maximum runtime of 1800 seconds.")
+        pipeline.instance.report_run_canceling(
+            run, message="Canceling due to exceeding maximum runtime of 1800 seconds."  # the run monitor's words
+        )
         pipeline.instance.report_run_canceled(run)
         end = settle_run_end(pipeline.engine, pipeline.instance, settings, pipeline.instance.get_run_by_id(run.run_id))
         with session_scope(pipeline.engine) as session:

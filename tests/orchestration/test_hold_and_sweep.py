@@ -19,7 +19,8 @@ QUEUED_COORDINATOR = {
 
 def _queued_run(instance, job_name: str, **tags: str) -> str:
     run_id = str(uuid.uuid4())
-    origin = RemoteJobOrigin(RemoteRepositoryOrigin(RegisteredCodeLocationOrigin("stage_e"), "__repository__"), job_name)
+    repository = RemoteRepositoryOrigin(RegisteredCodeLocationOrigin("stage_e"), "__repository__")
+    origin = RemoteJobOrigin(repository, job_name)  # Dagster requires one for a queued run
     instance.add_run(
         DagsterRun(job_name=job_name, run_id=run_id, status=DagsterRunStatus.QUEUED, remote_job_origin=origin,
                    tags={DISPATCH_TAG: "micro-batch", PARTITION_TAG: f"mb-{run_id[:8]}", **tags})

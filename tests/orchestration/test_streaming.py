@@ -256,13 +256,10 @@ def test_a_batch_a_trip_stopped_early_reads_stopped_with_cards_done_of_cards_hel
     pipeline: Pipeline, image_server: ImageServer, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setenv("STAGE_E_STREAMING_ENABLED", "true")
+    from .test_dispatch_invariants import serve_over_http  # it imports this module's helpers
+
     monkeypatch.setenv("STAGE_E_MICRO_BATCH_SIZE", "3")
-    with pipeline.engine.begin() as conn:
-        rows = conn.execute(sa.select(Card.id, Card.image_locator).order_by(Card.id)).all()
-        for card_id, locator in rows:
-            name = locator.split("/corpus/", 1)[1]
-            conn.execute(sa.update(Card).where(Card.id == card_id).values(image_locator=f"{image_server.base}/{name}"))
-    image_server.status[rows[1][1].split("/corpus/", 1)[1]] = 403
+    image_server.status[serve_over_http(pipeline, image_server)[1][1]] = 403  # the batch's second card
     first = pipeline.tick("card_created_sensor").run_requests[0]
     assert pipeline.run(first.partition_key, tags=dict(first.tags)).success
     with session_scope(pipeline.engine) as session:

@@ -14,14 +14,14 @@ import sqlalchemy as sa
 from PIL import Image
 from sqlalchemy.orm import Session
 
+from stage_e_dagster.catalog.backlog import STAGE_C_PENDING, requeue_config_refused, waiting_on_configuration
 from stage_e_dagster.catalog.base import utcnow
 from stage_e_dagster.catalog.engine import session_scope
 from stage_e_dagster.catalog.models import Card, FetchOutcome, ImageEvidence
-from stage_e_dagster.catalog.backlog import STAGE_C_PENDING, requeue_config_refused, waiting_on_configuration
 from stage_e_dagster.defs.governor import has_unclaimed
 from stage_e_dagster.stage_c.backlog import mark_image_changed
-from stage_e_dagster.stage_c.fetch import REFUSING_SETTINGS
 from stage_e_dagster.stage_c.compute import locator_key, sha256_hex
+from stage_e_dagster.stage_c.fetch import REFUSING_SETTINGS
 from stage_e_dagster.stage_c.manifest import MANIFEST_VERSIONS
 from stage_e_dagster.stage_c.persist import THROTTLE_BASE_S, THROTTLE_CAP_S
 from stage_e_dagster.stage_c.rollout import rollout_step
