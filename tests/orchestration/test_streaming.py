@@ -12,6 +12,7 @@ from typer.testing import CliRunner
 from stage_e_dagster.catalog.engine import session_scope
 from stage_e_dagster.catalog.models import Card, EnvelopeTrip, FetchOutcome, ImageEvidence, MicroBatch, PrintingVote
 from stage_e_dagster.cli.main import app
+from stage_e_dagster.defs.ledger import ledger_entries
 from stage_e_dagster.dispatch.ledger import STAGE_C_FIELDS, STAGE_D_FIELDS
 from stage_e_dagster.envelope.trips import acknowledge_trip, current_open_trip
 
@@ -274,6 +275,8 @@ def test_a_batch_a_trip_stopped_early_reads_stopped_with_cards_done_of_cards_hel
         meta = record.asset_materialization.metadata
         assert (meta["cards_done"].value, meta["card_count"].value, meta["stopped_early"].value) == (1, 3, 1)
         assert meta["stopped_by_trip"].value == trip.trip_id
+    [entry] = [e for e in ledger_entries(pipeline.instance) if e.batch_key == first.partition_key]
+    assert entry.status == "stopped"
     listed = CliRunner().invoke(app, ["batches", "list", "--json"])
     [shown] = [b for b in json.loads(listed.output) if b["batch_key"] == first.partition_key]
     assert (shown["status"], shown["cards_done"], shown["card_count"]) == ("stopped", 1, 3)
