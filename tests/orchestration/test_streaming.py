@@ -43,6 +43,15 @@ def skip_text(result: object) -> str:
     return result.skip_reason.skip_message if result.skip_reason else ""
 
 
+def serve_first_card_over_http(pipeline: Pipeline, image_server: ImageServer) -> tuple[int, str]:
+    """Point the first card at the test image server; returns its id and image name."""
+    with pipeline.engine.begin() as conn:
+        card_id, locator = conn.execute(sa.select(Card.id, Card.image_locator).order_by(Card.id).limit(1)).one()
+        name = locator.split("/corpus/", 1)[1]
+        conn.execute(sa.update(Card).where(Card.id == card_id).values(image_locator=f"{image_server.base}/{name}"))
+    return card_id, name
+
+
 def test_default_off_nothing_dispatches_and_a_run_refuses(pipeline: Pipeline, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv("STAGE_E_STREAMING_ENABLED", raising=False)
     before = counts(pipeline)
@@ -191,10 +200,7 @@ def test_a_429_defers_the_card_and_does_not_trip(
     pipeline: Pipeline, image_server: ImageServer, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setenv("STAGE_E_STREAMING_ENABLED", "true")
-    with pipeline.engine.begin() as conn:
-        card_id, locator = conn.execute(sa.select(Card.id, Card.image_locator).order_by(Card.id).limit(1)).one()
-        name = locator.split("/corpus/", 1)[1]
-        conn.execute(sa.update(Card).where(Card.id == card_id).values(image_locator=f"{image_server.base}/{name}"))
+    card_id, name = serve_first_card_over_http(pipeline, image_server)
     image_server.status[name] = 429
     result = pipeline.tick("card_created_sensor")
     outcome = pipeline.run(result.run_requests[0].partition_key, tags=dict(result.run_requests[0].tags))
@@ -224,10 +230,7 @@ def test_a_host_the_settings_refuse_waits_on_configuration_visibly_until_the_set
 ) -> None:
     monkeypatch.setenv("STAGE_E_STREAMING_ENABLED", "true")
     monkeypatch.setenv("STAGE_E_FETCH_ALLOWED_HOSTS", "images.example.org")
-    with pipeline.engine.begin() as conn:
-        card_id, locator = conn.execute(sa.select(Card.id, Card.image_locator).order_by(Card.id).limit(1)).one()
-        name = locator.split("/corpus/", 1)[1]
-        conn.execute(sa.update(Card).where(Card.id == card_id).values(image_locator=f"{image_server.base}/{name}"))
+    card_id, name = serve_first_card_over_http(pipeline, image_server)
     for run_id in pipeline.drain():
         assert pipeline.instance.get_run_by_id(run_id).is_success
     with session_scope(pipeline.engine) as session:
