@@ -369,7 +369,8 @@ def test_a_trip_holds_a_sweeps_queued_runs_every_tick_and_they_run_after_the_ack
         # What the Backfills page says a while later, for the record (not asserted: see the note in
         # docs/operations.md on a run that refused or was cancelled anyway).
         deadline = time.monotonic() + 90
-        while time.monotonic() < deadline and not (backfill_status(instance, backfill_id) or "").startswith("COMPLETED"):
+        completed = lambda: (backfill_status(instance, backfill_id) or "").startswith("COMPLETED")  # noqa: E731
+        while time.monotonic() < deadline and not completed():
             time.sleep(2)
         its_runs = instance.get_runs(RunsFilter(tags={"dagster/backfill": backfill_id}))
         print(f"\nbackfill {backfill_id}: {backfill_status(instance, backfill_id)}; "
