@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dagster import Definitions
+from dagster import Definitions, in_process_executor
 
 from .defs.ack_job import acknowledge_trip_job
 from .defs.assets import stage_c_evidence, stage_d_verdicts
@@ -28,4 +28,7 @@ defs = Definitions(
         retention_sensor,
     ],
     resources={"stage_e": StageEResource()},
+    # The code location's default: a sweep's backfill runs (the implicit asset job) run in one process,
+    # as dispatch runs do, instead of starting a subprocess per step.
+    executor=in_process_executor,
 )

@@ -6,10 +6,12 @@ its values as arguments. A bad value fails at start with one line naming the var
 
 from __future__ import annotations
 
+import hashlib
+import json
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable, Mapping, TypeVar
+from typing import Callable, Mapping, Sequence, TypeVar
 
 T = TypeVar("T")
 
@@ -212,3 +214,24 @@ def load_settings(environ: Mapping[str, str] | None = None) -> Settings:
             f"STAGE_E_HOST_LOAD_CEILING={settings.host_load_ceiling:g}"
         )
     return settings
+
+
+# The settings that say which locators a fetch may read; they live here, not with the fetcher, so the
+# sensors and the envelope can name them without importing the HTTP client.
+IMAGE_ROOTS_SETTING = "STAGE_E_IMAGE_ROOTS"
+ALLOWED_HOSTS_SETTING = "STAGE_E_FETCH_ALLOWED_HOSTS"
+# The settings that can refuse a locator: a card they refuse waits on configuration.
+REFUSING_SETTINGS = (ALLOWED_HOSTS_SETTING, IMAGE_ROOTS_SETTING)
+
+
+def allow_list_fingerprint(image_roots: Sequence[Path | str], allowed_hosts: Sequence[str]) -> str:
+    """A short digest of what the settings allow: a card refused under one fingerprint is tried again
+    once the settings give another (a host or root added, or removed), and never on a timer."""
+    roots = sorted(os.path.abspath(Path(root).expanduser()) for root in image_roots)
+    hosts = sorted({host.lower() for host in allowed_hosts})
+    return hashlib.sha256(json.dumps([roots, hosts]).encode()).hexdigest()[:16]
+
+
+def settings_fingerprint(settings: Settings) -> str:
+    """:func:`allow_list_fingerprint` of what ``settings`` allow (the fetcher it would build)."""
+    return allow_list_fingerprint(settings.image_roots, settings.fetch_allowed_hosts)

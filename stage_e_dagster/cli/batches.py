@@ -31,6 +31,8 @@ def batch_dict(batch: MicroBatch) -> dict[str, Any]:
         "attempt": batch.attempt,
         "retry_of": batch.retry_of,
         "card_count": len(batch.card_ids),
+        "cards_done": batch.cards_done,
+        "stopped_by_trip": batch.stopped_by_trip,
         "card_ids": list(batch.card_ids),
         "run_id": batch.run_id,
         "backfill_id": batch.backfill_id,
@@ -66,9 +68,11 @@ def list_command(
     columns += ["run", "failure"] if wide else ["failure"]
     grid = table(*columns, ids=("batch", "run"))
     for b in rows:
-        row = [b["batch_key"], b["status"], b["trigger_reason"], str(b["attempt"]), str(b["card_count"]),
+        # A batch a trip stopped early shows the cards done of the cards it held.
+        cards = f"{b['cards_done']}/{b['card_count']}" if b["stopped_by_trip"] else str(b["card_count"])
+        row = [b["batch_key"], b["status"], b["trigger_reason"], str(b["attempt"]), cards,
                b["created_at"][:19].replace("T", " ")]
-        failure = b["failure_reason"] or ""
+        failure = b["failure_reason"] or (f"stopped by trip {b['stopped_by_trip']}" if b["stopped_by_trip"] else "")
         row += [b["run_id"] or "", failure] if wide else [clipped(failure)]
         grid.add_row(*row)
     print_table(grid)

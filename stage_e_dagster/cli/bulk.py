@@ -1,7 +1,8 @@
 """``stage-e bulk``: run a stage over its whole backlog at full speed, outside the envelope.
 
-BULK mode is an operator's tool: it is not gated by the streaming flag and opens no trips. Each
-stage registers a runner in :data:`STAGE_RUNNERS`.
+BULK mode is an operator's tool: it is not gated by the streaming flag and opens no trips. Beside
+streaming it leaves alone the cards a live dispatch batch holds (their run does them). Each stage
+registers a runner in :data:`STAGE_RUNNERS`.
 """
 
 from __future__ import annotations
@@ -17,8 +18,10 @@ from typing import Annotated, Any, Callable, Sequence
 import sqlalchemy as sa
 import typer
 
+from ..catalog.backlog import requeue_config_refused
+from ..catalog.engine import session_scope
 from ..catalog.models import Card
-from ..settings import Settings
+from ..settings import Settings, settings_fingerprint
 from ..stage_c.fetch import ImageFetcher
 from ..stage_c.pool import run_stage_c_pool
 from ..stage_c.run import run_stage_c
@@ -44,14 +47,15 @@ def stage_c_total(engine: sa.Engine, card_ids: Sequence[int] | None) -> int:
 
 def run_bulk_stage_c(engine: sa.Engine, cfg: Settings, card_ids: Sequence[int] | None, limit: int | None,
                      writer: str, advance: Callable[[int], None], *, workers: int = 1) -> dict[str, Any]:
+    requeue_all_config_refused(engine, cfg)
     if workers > 1:
         report = run_stage_c_pool(cfg, card_ids, workers=workers, writer=writer, run_id=writer, limit=limit,
-                                  progress=advance)
+                                  progress=advance, skip_leased=True)
     else:
         fetcher = ImageFetcher.from_settings(cfg, engine)
         try:
             report = run_stage_c(engine, card_ids, writer=writer, run_id=writer, fetcher=fetcher, limit=limit,
-                                 progress=advance)
+                                 progress=advance, skip_leased=True)
         finally:
             fetcher.close()
     data = {k: v for k, v in vars(report).items() if k not in ("lockout", "deferred_card_ids")}
@@ -59,6 +63,18 @@ def run_bulk_stage_c(engine: sa.Engine, cfg: Settings, card_ids: Sequence[int] |
     data["lockout"] = None if report.lockout is None else {
         "host": report.lockout.host, "status_code": report.lockout.status_code, "card_id": report.lockout.card_id}
     return data
+
+
+def requeue_all_config_refused(engine: sa.Engine, cfg: Settings) -> int:
+    """Cards refused under other settings than these go back in the backlog this pass reads."""
+    fingerprint = settings_fingerprint(cfg)
+    total = 0
+    while True:
+        with session_scope(engine) as session:
+            requeued = requeue_config_refused(session, fingerprint)
+        total += requeued
+        if not requeued:
+            return total
 
 
 STAGE_RUNNERS: dict[str, tuple[Callable[[sa.Engine, Sequence[int] | None], int], StageRunner]] = {
@@ -90,7 +106,9 @@ def bulk(
     as_json: Annotated[bool, typer.Option("--json", help="Print the report as JSON.")] = False,
     workers: Annotated[int, typer.Option("--workers", min=1, help="Stage C worker processes.")] = 1,
 ) -> None:
-    """Run a stage over its backlog (or the given cards) at full speed, with a progress bar and a summary."""
+    """Run a stage over its backlog (or the given cards) at full speed, with a progress bar and a summary.
+
+    Beside streaming, Stage C skips every card a live dispatch batch holds (counted as left to it)."""
     if stage not in STAGE_RUNNERS:
         raise CliError(f"unknown --stage {stage!r}; expected one of: {', '.join(STAGE_RUNNERS)}")
     if workers > 1 and stage not in ("c", "all"):
@@ -117,8 +135,9 @@ def bulk(
             typer.echo(line)
         refused = result.get("config_refused") or (result.get("stage_c") or {}).get("config_refused")
         if refused:
-            typer.echo(f"note: {refused} card(s) refused by the settings stay in the backlog; the warnings above "
-                       "name the variable to fix (STAGE_E_IMAGE_ROOTS or STAGE_E_FETCH_ALLOWED_HOSTS)", err=True)
+            typer.echo(f"note: {refused} card(s) refused by the settings wait on configuration (see `stage-e status`);"
+                       " the warnings above name the variable to fix (STAGE_E_IMAGE_ROOTS or "
+                       "STAGE_E_FETCH_ALLOWED_HOSTS); they are tried again once it changes", err=True)
     if result.get("lockout"):
         raise typer.Exit(code=2)
 
@@ -129,7 +148,8 @@ def _stage_c_line(report: dict[str, Any]) -> str:
         f"{report['skipped_current']} already current, {report['terminal']} terminal "
         f"({report['rejected']} broken uploads), {report['fetch_failures']} fetch failures, "
         f"{report['throttled']} throttled, {report['deferred']} deferred, "
-        f"{report['config_refused']} refused by the settings, {report['not_yet_eligible']} still backing off"
+        f"{report['config_refused']} refused by the settings, {report['not_yet_eligible']} still backing off, "
+        f"{report.get('claimed_elsewhere', 0)} left to a dispatch batch in flight"
     )
 
 

@@ -91,6 +91,9 @@ def ledger(
     for e in entries:
         f = e.fields
         note = str(f.get("failure_reason") or f.get("lockout_trip_id") or f.get("envelope_trip_id") or "")
+        if f.get("stopped_early"):
+            done, held = f.get("cards_done"), f.get("card_count")
+            note = f"stopped by trip {f.get('stopped_by_trip')}: {done} of {held} cards done"
         row = [e.batch_key, e.status, str(f.get("trigger_reason", "")), str(f.get("attempt", "")),
                *(str(f.get(k, "")) for k in shown)]
         row += [note, e.run_id or ""] if wide else [clipped(note)]

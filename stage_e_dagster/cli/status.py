@@ -11,7 +11,13 @@ from rich.console import Console
 from rich.table import Table
 from sqlalchemy.orm import Session
 
-from ..catalog.backlog import STAGE_C_PENDING, STAGE_D_PENDING, backlog_count, oldest_waiting_since
+from ..catalog.backlog import (
+    STAGE_C_PENDING,
+    STAGE_D_PENDING,
+    backlog_count,
+    oldest_waiting_since,
+    waiting_on_configuration,
+)
 from ..catalog.base import utcnow
 from ..catalog.engine import masked_url, session_scope
 from ..catalog.heartbeats import (
@@ -28,7 +34,7 @@ from ..envelope.bars import Ceilings
 from ..envelope.fetch_window import window_counts
 from ..envelope.signals import host_load
 from ..envelope.trips import current_open_trip
-from ..settings import Settings
+from ..settings import REFUSING_SETTINGS, Settings
 from .context import catalog_engine, settings
 from .trips import trip_dict
 
@@ -89,6 +95,7 @@ def collect_status() -> dict[str, Any]:
             "open_trip": trip_dict(trip) if trip else None,
             "stage_c_backlog": backlog_count(session, STAGE_C_PENDING),
             "stage_d_backlog": backlog_count(session, STAGE_D_PENDING),
+            "waiting_on_configuration": waiting_on_configuration(session, REFUSING_SETTINGS),
             "oldest_waiting_age_s": round((utcnow() - since).total_seconds(), 1) if since else None,
             "batches_in_flight": in_flight,
             "running_system": running_system(session, cfg),
@@ -122,6 +129,9 @@ def status(as_json: Annotated[bool, typer.Option("--json", help="Print JSON.")] 
     age = info["oldest_waiting_age_s"]
     console.print(f"stage C backlog  {info['stage_c_backlog']}")
     console.print(f"stage D backlog  {info['stage_d_backlog']}")
+    for setting, count in info["waiting_on_configuration"].items():
+        console.print(f"waiting on configuration  {count} card(s), refused by the settings: change {setting} "
+                      "(they are tried again once it changes)")
     console.print(f"oldest waiting   {'-' if age is None else f'{age:.0f} s'}")
     console.print(f"batches in flight {info['batches_in_flight']}")
     env = info["envelope"]

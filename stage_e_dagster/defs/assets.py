@@ -76,6 +76,7 @@ def stage_c_evidence(
         peak_rss_mb=peak_rss_mb(),
         elapsed_s=time.time() - _run_started_at(context),
         lockout_trip_id=result.lockout_trip_id,
+        stopped_by_trip=result.stopped_by_trip,
     )
     yield MaterializeResult(metadata=row, check_results=[stage_c_batch_check(row)])
 
@@ -104,6 +105,7 @@ def stage_d_verdicts(context: AssetExecutionContext, stage_e: StageEResource) ->
         batch = BatchInfo(stored.batch_key, list(stored.card_ids), stored.trigger_reason, stored.attempt)
         lockout = trip_opened_by_run(session, context.run.run_id, bar="fetch_lockout")
         lockout_trip_id = lockout.trip_id if lockout else None
+        cards_done, stopped_by_trip = stored.cards_done, stored.stopped_by_trip
     report = run_batch_stage_d(engine, batch, run_id=context.run.run_id, logger=context.log)
     peak, envelope_trip_id = finish_batch(engine, settings, batch, run_id=context.run.run_id)
     if envelope_trip_id:
@@ -115,5 +117,7 @@ def stage_d_verdicts(context: AssetExecutionContext, stage_e: StageEResource) ->
         elapsed_s=time.time() - _run_started_at(context),
         lockout_trip_id=lockout_trip_id,
         envelope_trip_id=envelope_trip_id,
+        cards_done=cards_done,
+        stopped_by_trip=stopped_by_trip,
     )
     yield MaterializeResult(metadata=row)

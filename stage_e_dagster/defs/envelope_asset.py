@@ -16,7 +16,7 @@ import sqlalchemy as sa
 from dagster import AssetKey, AssetObservation, BetaWarning, MetadataValue, ObserveResult, observable_source_asset
 from sqlalchemy.orm import Session
 
-from ..catalog.backlog import STAGE_C_PENDING, STAGE_D_PENDING, oldest_waiting_since
+from ..catalog.backlog import STAGE_C_PENDING, STAGE_D_PENDING, oldest_waiting_since, waiting_on_configuration
 from ..catalog.base import utcnow
 from ..catalog.engine import session_scope
 from ..catalog.heartbeats import concurrent_tickers
@@ -25,7 +25,7 @@ from ..dispatch.sizing import waiting_cards
 from ..envelope.bars import Ceilings
 from ..envelope.fetch_window import window_counts
 from ..envelope.signals import CpuPressure, host_load
-from ..settings import Settings
+from ..settings import ALLOWED_HOSTS_SETTING, IMAGE_ROOTS_SETTING, REFUSING_SETTINGS, Settings
 from .resources import StageEResource
 from .tags import DISPATCH_POOL
 
@@ -57,6 +57,10 @@ READINGS = {
     "pool_held": "1 while the dispatch pool is held at 0 for a trip, else 0",
     "stage_c_waiting": f"unclaimed cards waiting for Stage C, counted up to {BACKLOG_COUNT_BOUND}",
     "stage_d_waiting": f"unclaimed cards waiting for Stage D, counted up to {BACKLOG_COUNT_BOUND}",
+    "waiting_on_configuration_hosts": "cards refused by the settings, out of the backlog until "
+    "STAGE_E_FETCH_ALLOWED_HOSTS changes (counted up to the bound)",
+    "waiting_on_configuration_roots": "cards refused by the settings, out of the backlog until "
+    "STAGE_E_IMAGE_ROOTS changes (counted up to the bound)",
     "backlog_count_bound": "where the two backlog counts stop",
     "oldest_waiting_age_s": "seconds since the longest-waiting backlog card was created; 0 when none waits",
     "sensor_lag_s": "seconds since envelope_trip_sensor's previous tick (about 5 while the daemon keeps up)",
@@ -87,6 +91,14 @@ def _worker_rss_mb(session: Session) -> float:
 def _open_trip_bars(session: Session) -> list[str]:
     """The bar of every open trip, off the partial index of open trips (few rows by construction)."""
     return list(session.execute(sa.select(EnvelopeTrip.bar).where(EnvelopeTrip.acknowledged_at.is_(None))).scalars())
+
+
+def _waiting_on_configuration(session: Session) -> dict[str, int]:
+    waiting = waiting_on_configuration(session, REFUSING_SETTINGS, up_to=BACKLOG_COUNT_BOUND)
+    return {
+        "waiting_on_configuration_hosts": waiting.get(ALLOWED_HOSTS_SETTING, 0),
+        "waiting_on_configuration_roots": waiting.get(IMAGE_ROOTS_SETTING, 0),
+    }
 
 
 def read_envelope(session: Session, settings: Settings, *, now: datetime, sensor_lag_s: float) -> EnvelopeReading:
@@ -123,6 +135,7 @@ def read_envelope(session: Session, settings: Settings, *, now: datetime, sensor
         "pool_held": int(control is not None and control.held_at is not None),
         "stage_c_waiting": waiting_cards(session, STAGE_C_PENDING, now=now, up_to=BACKLOG_COUNT_BOUND),
         "stage_d_waiting": waiting_cards(session, STAGE_D_PENDING, now=now, up_to=BACKLOG_COUNT_BOUND),
+        **_waiting_on_configuration(session),
         "backlog_count_bound": BACKLOG_COUNT_BOUND,
         "oldest_waiting_age_s": round(max(0.0, (now - oldest).total_seconds()), 1) if oldest else 0.0,
         "sensor_lag_s": round(max(0.0, sensor_lag_s), 3),

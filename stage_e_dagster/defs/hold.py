@@ -2,8 +2,8 @@
 applying ``STAGE_E_MAX_CONCURRENT_DISPATCHES`` without undoing an operator's own limit.
 
 Dagster has no instance-wide pause, so a hold is three things: sensors skip, the dispatch pool's
-limit drops to 0 (queued runs stay queued), and queued dispatch runs are cancelled with their
-batches abandoned, which puts their cards back in the backlog for after the acknowledgement.
+limit drops to 0 (queued runs stay queued), and queued dispatch runs a sensor requested are cancelled
+with their batches abandoned, which puts their cards back in the backlog for after the acknowledgement.
 What this project did to the pool is recorded in the catalogue (``pool_controls``), and only that
 is ever undone: a limit set with ``dagster instance concurrency set`` stays. The row is written
 before the pool is touched and cleared only after the pool has its limit back, so a call to the
@@ -21,7 +21,7 @@ from ..catalog.engine import session_scope
 from ..catalog.models import EnvelopeTrip, PoolControl
 from ..dispatch.batches import abandon
 from ..dispatch.governing import pool_control
-from .tags import DISPATCH_POOL, DISPATCH_TAG, PARTITION_TAG
+from .tags import BACKFILL_TAG, DISPATCH_POOL, DISPATCH_TAG, PARTITION_TAG
 
 ACTIVE_STATUSES = [
     DagsterRunStatus.QUEUED,
@@ -57,8 +57,9 @@ def active_dispatch_runs(instance: DagsterInstance, statuses: list[DagsterRunSta
 
 
 def hold_dispatch(instance: DagsterInstance, engine: sa.Engine, *, trip_id: str, reason: str) -> int:
-    """Pool to 0 (remembering the limit it had) and cancel every queued dispatch run; returns how many
-    runs were cancelled. Taking the hold is a compare-and-set on the catalogue row."""
+    """Pool to 0 (remembering the limit it had) and cancel every queued dispatch run a sensor requested
+    (a sweep's wait, queued, for the acknowledgement); returns how many runs were cancelled. Taking
+    the hold is a compare-and-set on the catalogue row."""
     with session_scope(engine) as session:
         control = pool_control(session, DISPATCH_POOL)
         if control.held_at is None:
@@ -66,7 +67,10 @@ def hold_dispatch(instance: DagsterInstance, engine: sa.Engine, *, trip_id: str,
         # The newest trip: a release that read an older, acknowledged one then cannot clear this hold.
         control.trip_id = trip_id
     _set_pool_limit(instance, 0)
-    queued = active_dispatch_runs(instance, [DagsterRunStatus.QUEUED])
+    # A sweep's queued runs wait behind the pool instead: a cancelled backfill run fails its partition
+    # for good, so the backfill would read COMPLETED_FAILED although the sensors finish its cards later.
+    queued = [run for run in active_dispatch_runs(instance, [DagsterRunStatus.QUEUED])
+              if BACKFILL_TAG not in run.tags]
     for run in queued:
         instance.run_coordinator.cancel_run(run.run_id)
         key = run.tags.get(PARTITION_TAG)

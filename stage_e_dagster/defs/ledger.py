@@ -62,7 +62,8 @@ def ledger_entries(
             entry.fields.update(_metadata(mat))
             entry.at = max(entry.at, record.timestamp)
             if key == STAGE_D:
-                entry.status = "completed"
+                # A batch a trip stopped early finished only some of its cards (cards_done of card_count).
+                entry.status = "stopped" if entry.fields.get("stopped_early") else "completed"
     failures = AssetRecordsFilter(asset_key=STAGE_C, after_timestamp=after)
     for record in _records(instance.fetch_observations, failures, page_size):
         obs = record.asset_observation
@@ -77,11 +78,12 @@ def ledger_entries(
 
 
 def cards_per_hour(entries: list[LedgerEntry]) -> float | None:
-    """Cards through completed batches per hour, over the span from the first batch's start to the last's end."""
-    done = [e for e in entries if e.status == "completed"]
+    """Cards through completed (or stopped) batches per hour, over the span from the first batch's start to
+    the last's end; a stopped batch counts the cards it finished."""
+    done = [e for e in entries if e.status in ("completed", "stopped")]
     if not done:
         return None
-    cards = sum(int(e.fields.get("card_count", 0)) for e in done)
+    cards = sum(int(e.fields.get("cards_done" if e.status == "stopped" else "card_count", 0)) for e in done)
     start = min(e.at - float(e.fields.get("elapsed_s", 0.0)) for e in done)
     span = max(e.at for e in done) - start
     return cards * 3600.0 / span if span > 0 else None

@@ -19,7 +19,7 @@ from ..catalog.engine import session_scope
 from ..catalog.models import MicroBatch
 from .partitions import micro_batches
 
-FINISHED = ("succeeded", "failed", "abandoned")
+FINISHED = ("succeeded", "stopped", "failed", "abandoned")
 
 # Batches the CLI handles per pass: its memory stays bounded however old the history is.
 PRUNE_CHUNK = 500

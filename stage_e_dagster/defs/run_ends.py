@@ -36,6 +36,7 @@ from ..dispatch.outbox import add_entry
 from ..envelope.bars import Ceilings, EnvelopeSignals
 from ..envelope.trips import check_envelope, trip_opened_by_run
 from ..settings import Settings
+from .max_runtime import max_runtime_exceeded
 from .run_failures import failure_reason_of, may_be_a_live_worker
 from .tags import PARTITION_TAG, REFUSED_REASON_TAG, REFUSED_TAG
 
@@ -121,7 +122,8 @@ def settle_run_end(engine: sa.Engine, instance: DagsterInstance, settings: Setti
         except LookupError:
             return RunEnd()
         held = batch.status == "running" and batch.run_id == run.run_id
-        if refused == REFUSED_GATE or run.status == DagsterRunStatus.CANCELED:
+        timed_out = max_runtime_exceeded(instance, run.run_id) if run.status == DagsterRunStatus.CANCELED else None
+        if refused == REFUSED_GATE or (run.status == DagsterRunStatus.CANCELED and timed_out is None):
             reason = (
                 f"refused: {run.tags.get(REFUSED_REASON_TAG, 'the gate was closed')}"
                 if refused
@@ -138,7 +140,7 @@ def settle_run_end(engine: sa.Engine, instance: DagsterInstance, settings: Setti
             return RunEnd(note=f"run {run.run_id[:8]} of {key} failed before it took the batch ({reason[:200]}); "
                                "the batch waits for its next request, its attempt unspent")
         else:
-            reason = failure_reason_of(instance, run.run_id)
+            reason = timed_out or failure_reason_of(instance, run.run_id)
             alive = _last_sign_of_life(batch.started_at, batch.progress_at) if held else None
             if alive is not None and now - alive < ALIVE_WITHIN and may_be_a_live_worker(instance, run.run_id):
                 ago = (now - alive).total_seconds()

@@ -9,6 +9,7 @@ DISPATCH_TAG = "stage_e/dispatch"  # on every dispatch run, sensor-launched or b
 TRIGGER_TAG = "stage_e/trigger_reason"
 ATTEMPT_TAG = "stage_e/attempt"
 PARTITION_TAG = "dagster/partition"
+BACKFILL_TAG = "dagster/backfill"  # Dagster's, on every run a backfill launched
 # Set by a run that refused (see ``dispatch.conveyor``): why, so the run-end handling knows whether
 # the batch is its to put back.
 REFUSED_TAG = "stage_e/refused"

@@ -15,8 +15,9 @@ import sqlalchemy as sa
 from sqlalchemy.orm import Session
 
 from ..catalog.backlog import STAGE_C_PENDING, STAGE_D_PENDING
+from ..catalog.base import utcnow
 from ..catalog.models import Card, MicroBatch, ScanLog
-from .claims import claim_cards, extend_claims, release_claims, transfer_claims, unclaimed_card_ids
+from .claims import claim_cards, release_claims, transfer_claims, unclaimed_card_ids
 from .keys import new_batch_key, retry_key
 from .sizing import BatchPlan
 
@@ -25,6 +26,7 @@ DISPATCH_AGENT = "stage-e-dispatch"
 PARKED_KEY = "parked"
 PARK_FOR = timedelta(hours=24)
 IN_FLIGHT = ("pending", "running")
+EVERY_CARD_TAKEN = "every card was taken by another batch"
 
 
 def dispatch_writer(run_id: str) -> str:
@@ -111,7 +113,13 @@ def get_batch(session: Session, batch_key: str) -> MicroBatch:
 
 
 def _set_status(
-    session: Session, batch_key: str, *, to: str, when: Sequence[str], held_by: str | None = None, **values: object
+    session: Session,
+    batch_key: str,
+    *,
+    to: str | sa.ColumnElement[str],
+    when: Sequence[str],
+    held_by: str | None = None,
+    **values: object,
 ) -> bool:
     """Compare-and-set on the batch row: move it to ``to`` only from a status in ``when`` (and, given
     ``held_by``, only while that run holds it). Two evaluators racing: exactly one gets ``True``."""
@@ -133,19 +141,38 @@ def take_batch(session: Session, batch_key: str, *, run_id: str, now: datetime, 
         started_at=now,
         lease_expires_at=lease_until,
     )
-    if taken:
-        extend_claims(session, batch_key, expires_at=lease_until)
-    return taken
+    if not taken:
+        return False
+    if not _shrink_to_held(session, batch_key, expires_at=lease_until, now=now):
+        abandon(session, batch_key, reason=EVERY_CARD_TAKEN, now=now, run_id=run_id)
+        return False
+    return True
+
+
+def record_stage_c_end(
+    session: Session, batch_key: str, *, run_id: str, cards_done: int, stopped_by_trip: str | None
+) -> bool:
+    """What Stage C did with the batch, while ``run_id`` holds it: the cards it finished, and the trip
+    that stopped it before every card (if one did)."""
+    return bool(
+        session.execute(
+            sa.update(MicroBatch)
+            .where(MicroBatch.batch_key == batch_key, MicroBatch.status == "running", MicroBatch.run_id == run_id)
+            .values(cards_done=cards_done, stopped_by_trip=stopped_by_trip)
+            .execution_options(synchronize_session=False)
+        ).rowcount
+    )
 
 
 def mark_succeeded(
     session: Session, batch: MicroBatch, *, now: datetime, peak_rss_mb: float | None, run_id: str | None = None
 ) -> bool:
-    """running -> succeeded for the run that holds the batch; releases its claims."""
+    """running -> succeeded (or ``stopped``, when a trip stopped its Stage C early) for the run that
+    holds the batch; releases its claims."""
     done = _set_status(
         session,
         batch.batch_key,
-        to="succeeded",
+        to=sa.case((MicroBatch.stopped_by_trip.is_(None), "succeeded"), else_="stopped"),
         when=("running",),
         held_by=run_id or batch.run_id,
         finished_at=now,
@@ -156,15 +183,29 @@ def mark_succeeded(
     return done
 
 
-def renew_lease(session: Session, batch_key: str, *, until: datetime) -> None:
-    """The batch is waiting or running under a live run: push its lease and its claims to ``until``."""
-    session.execute(
+def renew_lease(session: Session, batch_key: str, *, until: datetime, now: datetime | None = None) -> None:
+    """The batch is waiting or running under a live run: push its lease and its claims to ``until``,
+    and shrink it to the cards it still holds (a card another batch claimed meanwhile is that batch's)."""
+    renewed = session.execute(
         sa.update(MicroBatch)
         .where(MicroBatch.batch_key == batch_key, MicroBatch.status.in_(IN_FLIGHT))
         .values(lease_expires_at=until)
         .execution_options(synchronize_session=False)
-    )
-    extend_claims(session, batch_key, expires_at=until)
+    ).rowcount
+    if renewed:
+        _shrink_to_held(session, batch_key, expires_at=until, now=now or utcnow())
+
+
+def _shrink_to_held(session: Session, batch_key: str, *, expires_at: datetime, now: datetime) -> list[int]:
+    """Re-take the batch's claims (its own, or expired ones nobody took) until ``expires_at`` and drop
+    from ``card_ids`` every card another batch holds now; returns the cards it holds."""
+    batch = session.get(MicroBatch, batch_key, populate_existing=True)
+    assert batch is not None
+    held = claim_cards(session, batch.card_ids, batch_key=batch_key, expires_at=expires_at, now=now)
+    if held and held != sorted(batch.card_ids):
+        batch.card_ids = held
+        session.flush()
+    return held
 
 
 def request_again(session: Session, seen: MicroBatch, *, now: datetime, claim_ttl_s: int) -> MicroBatch | None:
@@ -188,16 +229,10 @@ def request_again(session: Session, seen: MicroBatch, *, now: datetime, claim_tt
     ).rowcount
     if not won:
         return None
-    batch = session.get(MicroBatch, seen.batch_key, populate_existing=True)
-    assert batch is not None
-    held = claim_cards(session, batch.card_ids, batch_key=batch.batch_key, expires_at=until, now=now)
-    if not held:
-        abandon(session, batch.batch_key, reason="every card was taken by another batch", now=now)
+    if not _shrink_to_held(session, seen.batch_key, expires_at=until, now=now):
+        abandon(session, seen.batch_key, reason=EVERY_CARD_TAKEN, now=now)
         return None
-    if held != sorted(batch.card_ids):
-        batch.card_ids = held
-        session.flush()
-    return batch
+    return session.get(MicroBatch, seen.batch_key)
 
 
 def forget_request(session: Session, batch_key: str, *, made_before: datetime) -> bool:
@@ -271,7 +306,11 @@ def fail_and_retry(
         release_claims(session, batch.batch_key)
         return Failed(recorded=True)
     if batch.attempt >= max_attempts:
-        transfer_claims(session, from_key=batch.batch_key, to_key=PARKED_KEY, expires_at=now + PARK_FOR)
+        # Only the unfinished cards are parked: a finished card owes nothing, and a claim left on it
+        # would keep it out of the backlog for a day if its image changed meanwhile.
+        transfer_claims(session, from_key=batch.batch_key, to_key=PARKED_KEY, expires_at=now + PARK_FOR,
+                        card_ids=remaining)
+        release_claims(session, batch.batch_key)
         session.add_all(
             ScanLog(
                 card_id=cid,

@@ -69,7 +69,9 @@ def unclaimed_card_ids(
 def claim_cards(
     session: Session, card_ids: Sequence[int], *, batch_key: str, expires_at: datetime, now: datetime
 ) -> list[int]:
-    """Lease the cards to ``batch_key``; returns the ids it now holds (free, expired, or its own already)."""
+    """Lease the cards to ``batch_key``; returns the ids it now holds (free, expired, or its own already).
+
+    A lease the batch already holds is never shortened (a running batch's lease outlasts a renewal)."""
     if not card_ids:
         return []
     insert = dialect_insert(session)
@@ -78,27 +80,29 @@ def claim_cards(
     )
     stmt = stmt.on_conflict_do_update(
         index_elements=[CardClaim.card_id],
-        set_={"batch_key": stmt.excluded.batch_key, "expires_at": stmt.excluded.expires_at},
+        set_={
+            "batch_key": stmt.excluded.batch_key,
+            "expires_at": sa.case(
+                (
+                    sa.and_(CardClaim.batch_key == batch_key, CardClaim.expires_at > stmt.excluded.expires_at),
+                    CardClaim.expires_at,
+                ),
+                else_=stmt.excluded.expires_at,
+            ),
+        },
         where=sa.or_(CardClaim.expires_at <= now, CardClaim.batch_key == batch_key),
     ).returning(CardClaim.card_id)
     return sorted(session.execute(stmt).scalars())
 
 
-def transfer_claims(session: Session, *, from_key: str, to_key: str, expires_at: datetime) -> int:
-    """Hand a batch's leases to its retry (or to the parking lot)."""
-    result = session.execute(
-        sa.update(CardClaim).where(CardClaim.batch_key == from_key).values(batch_key=to_key, expires_at=expires_at)
-    )
-    return result.rowcount or 0
-
-
-def extend_claims(session: Session, batch_key: str, *, expires_at: datetime) -> int:
-    """Lengthen a batch's leases to ``expires_at``; never shortens one."""
-    result = session.execute(
-        sa.update(CardClaim)
-        .where(CardClaim.batch_key == batch_key, CardClaim.expires_at < expires_at)
-        .values(expires_at=expires_at)
-    )
+def transfer_claims(
+    session: Session, *, from_key: str, to_key: str, expires_at: datetime, card_ids: Sequence[int] | None = None
+) -> int:
+    """Hand a batch's leases (or those of ``card_ids`` among them) to its retry or to the parking lot."""
+    query = sa.update(CardClaim).where(CardClaim.batch_key == from_key)
+    if card_ids is not None:
+        query = query.where(CardClaim.card_id.in_(list(card_ids)))
+    result = session.execute(query.values(batch_key=to_key, expires_at=expires_at))
     return result.rowcount or 0
 
 

@@ -13,6 +13,7 @@ from datetime import timedelta
 from typing import TYPE_CHECKING
 
 import sqlalchemy as sa
+from sqlalchemy.orm import Session
 
 from ..catalog.base import utcnow
 from ..catalog.engine import session_scope
@@ -20,7 +21,7 @@ from ..envelope.bars import Ceilings, EnvelopeSignals
 from ..envelope.signals import current_rss_mb, peak_rss_mb
 from ..envelope.trips import check_envelope, current_open_trip, open_trip
 from ..settings import Settings
-from .batches import dispatch_writer, get_batch, mark_succeeded, still_held, take_batch
+from .batches import dispatch_writer, get_batch, mark_succeeded, record_stage_c_end, still_held, take_batch
 from .guard import FLAG_OFF, check_gate
 
 if TYPE_CHECKING:  # the stages (OpenCV, Tesseract, HTTP) load when a run first needs them, not with the code location
@@ -89,6 +90,7 @@ class BatchLog:
 class StageCResult:
     report: StageCReport
     lockout_trip_id: str | None
+    stopped_by_trip: str | None = None  # the trip (a lockout's or any other) that stopped Stage C early
 
 
 def start_batch(engine: sa.Engine, settings: Settings, batch_key: str, *, run_id: str) -> BatchInfo:
@@ -167,7 +169,21 @@ def run_batch_stage_c(engine: sa.Engine, batch: BatchInfo, *, run_id: str, fetch
                 run_id=run_id,
             )
             trip_id = trip.trip_id
-    return StageCResult(report=report, lockout_trip_id=trip_id)
+    with session_scope(engine) as session:
+        stopped_by = trip_id or (_open_trip_id(session) if report.stopped else None)
+        record_stage_c_end(session, batch.batch_key, run_id=run_id, cards_done=cards_done(report),
+                           stopped_by_trip=stopped_by)
+    return StageCResult(report=report, lockout_trip_id=trip_id, stopped_by_trip=stopped_by)
+
+
+def cards_done(report: StageCReport) -> int:
+    """Cards of the batch Stage C finished: evidence written (terminal records included) or already current."""
+    return report.completed + report.skipped_current
+
+
+def _open_trip_id(session: Session) -> str | None:
+    trip = current_open_trip(session)
+    return trip.trip_id if trip is not None else None
 
 
 def _lockout_detail(report: StageCReport) -> dict[str, object]:

@@ -40,7 +40,7 @@ def _common(
     batch: BatchInfo, *, peak_rss_mb: float | None, elapsed_s: float, lockout_trip_id: str | None
 ) -> dict[str, Any]:
     return {
-        "card_count": len(batch.card_ids),
+        "card_count": len(batch.card_ids),  # the cards the batch held
         "trigger_reason": batch.trigger_reason,
         "attempt": batch.attempt,
         "peak_rss_mb": round(peak_rss_mb or 0.0, 1),
@@ -50,10 +50,26 @@ def _common(
     }
 
 
+def stopped_fields(*, cards_done: int, stopped_by_trip: str | None) -> dict[str, Any]:
+    """Cards done of cards held, and whether a trip stopped the batch before every card (``stopped``)."""
+    return {
+        "cards_done": cards_done,
+        "stopped_early": int(bool(stopped_by_trip)),
+        "stopped_by_trip": stopped_by_trip or "",
+    }
+
+
 def stage_c_row(
-    batch: BatchInfo, report: StageCReport, *, peak_rss_mb: float | None, elapsed_s: float, lockout_trip_id: str | None
+    batch: BatchInfo,
+    report: StageCReport,
+    *,
+    peak_rss_mb: float | None,
+    elapsed_s: float,
+    lockout_trip_id: str | None,
+    stopped_by_trip: str | None = None,
 ) -> dict[str, Any]:
     row = _common(batch, peak_rss_mb=peak_rss_mb, elapsed_s=elapsed_s, lockout_trip_id=lockout_trip_id)
+    row.update(stopped_fields(cards_done=report.completed + report.skipped_current, stopped_by_trip=stopped_by_trip))
     row.update(
         stage_c_completed=report.completed,
         stage_c_skipped_current=report.skipped_current,
@@ -74,8 +90,11 @@ def stage_d_row(
     elapsed_s: float,
     lockout_trip_id: str | None,
     envelope_trip_id: str | None,
+    cards_done: int | None = None,
+    stopped_by_trip: str | None = None,
 ) -> dict[str, Any]:
     row = _common(batch, peak_rss_mb=peak_rss_mb, elapsed_s=elapsed_s, lockout_trip_id=lockout_trip_id)
+    row.update(stopped_fields(cards_done=cards_done or 0, stopped_by_trip=stopped_by_trip))
     row.update(
         stage_d_join_key_votes=report.join_key_votes,
         stage_d_fallback_votes=report.fallback_votes,

@@ -3,6 +3,7 @@ bytes under the same locator (a new locator or declared hash needs nothing: a tr
 
 from __future__ import annotations
 
+from datetime import datetime
 from typing import Sequence
 
 import sqlalchemy as sa
@@ -10,7 +11,7 @@ from sqlalchemy.orm import Session
 
 from ..catalog.backlog import STAGE_C_PENDING
 from ..catalog.base import utcnow
-from ..catalog.models import Card
+from ..catalog.models import Card, CardClaim
 
 
 def backlog_page(session: Session, after_id: int, size: int) -> list[Card]:
@@ -30,6 +31,15 @@ def cards_by_id(session: Session, card_ids: Sequence[int]) -> dict[int, Card]:
         for card in session.execute(sa.select(Card).where(Card.id.in_(chunk))).scalars():
             found[card.id] = card
     return found
+
+
+def leased_elsewhere(session: Session, card_ids: Sequence[int], *, now: datetime) -> set[int]:
+    """Which of ``card_ids`` a live lease holds (a dispatch batch in flight): not for a BULK pass."""
+    if not card_ids:
+        return set()
+    return set(session.execute(
+        sa.select(CardClaim.card_id).where(CardClaim.card_id.in_(list(card_ids)), CardClaim.expires_at > now)
+    ).scalars())
 
 
 def mark_image_changed(session: Session, card_id: int, *, image_locator: str | None = None,

@@ -9,6 +9,8 @@ is a :class:`FetchResult` with a named outcome, which says whose problem it is: 
 
 from __future__ import annotations
 
+import hashlib
+import json
 import os
 import time
 from dataclasses import dataclass
@@ -23,6 +25,14 @@ import sqlalchemy as sa
 
 from . import pacer
 
+from ..settings import (  # noqa: F401  (re-exported: the fetcher's refusals name these settings)
+    ALLOWED_HOSTS_SETTING,
+    IMAGE_ROOTS_SETTING,
+    REFUSING_SETTINGS,
+    allow_list_fingerprint,
+    settings_fingerprint,
+)
+
 if TYPE_CHECKING:
     from ..settings import Settings
 
@@ -36,8 +46,6 @@ TRANSIENT_ERRORS = frozenset({"timeout", "connection-error", "server-error"})
 # fetch-failure bar; REJECTED is the upload's own problem (a terminal record for the card);
 # CONFIG_REFUSED means the settings forbid the locator, so nothing about the card is known.
 OK, THROTTLED, FAILED, REJECTED, CONFIG_REFUSED = "ok", "throttled", "failed", "rejected", "config-refused"
-IMAGE_ROOTS_SETTING = "STAGE_E_IMAGE_ROOTS"
-ALLOWED_HOSTS_SETTING = "STAGE_E_FETCH_ALLOWED_HOSTS"
 
 
 class FetchLockout(Exception):
@@ -90,6 +98,7 @@ class ImageFetcher:
         # allowed by the settings even when the root itself is a symlink.
         self._written_roots = tuple(Path(os.path.abspath(Path(root).expanduser())) for root in image_roots)
         self.allowed_hosts = frozenset(h.lower() for h in allowed_hosts)
+        self.settings_fingerprint = allow_list_fingerprint(image_roots, allowed_hosts)
         self.timeout_s = timeout_s
         self.max_bytes = max_bytes
         self.rate_per_sec = rate_per_sec
@@ -190,13 +199,14 @@ class ImageFetcher:
             host, host_port = _host_entry(url)
             if not host:
                 return FetchResult(REJECTED, locator, error_class="unsupported-locator")
+            if not self.host_allowed(url) and hop > 0:
+                # The upload's URL sent us off the allow-list: its own doing, not a setting to widen.
+                return FetchResult(REJECTED, locator, error_class="redirect-not-allowed", host=host)
             if not self.host_allowed(url):
-                # The allow-list, not the card, refuses this: a redirect target too (a CDN every
-                # card is sent to must be listed), so fixing the setting lets the card through.
-                error, what = ("host-not-allowed", "host") if hop == 0 else ("redirect-not-allowed", "redirect to")
+                # The allow-list, not the card, refuses this: fixing the setting lets the card through.
                 return FetchResult(
-                    CONFIG_REFUSED, locator, error_class=error, host=host, setting=ALLOWED_HOSTS_SETTING,
-                    detail=f"{what} {host_port} is not in {ALLOWED_HOSTS_SETTING}; add it to fetch from it",
+                    CONFIG_REFUSED, locator, error_class="host-not-allowed", host=host, setting=ALLOWED_HOSTS_SETTING,
+                    detail=f"host {host_port} is not in {ALLOWED_HOSTS_SETTING}; add it to fetch from it",
                 )
             if self.engine is not None:
                 pacer.wait_for_slot(self.engine, host, self.rate_per_sec)

@@ -2,7 +2,9 @@
 
 The next free slot lives in the ``fetch_pacer`` table and is advanced atomically (a row-locking
 UPDATE ... RETURNING on PostgreSQL, an IMMEDIATE transaction on SQLite), so N workers together
-keep to the configured rate. Throttling widens the interval; clean responses narrow it again.
+keep to the configured rate. Throttling widens the interval; clean responses narrow it again. The
+destination's last clean answer is kept too: a card throttled while the host serves others is
+unlucky, not bad, and its own delay starts over (see ``stage_c.persist``).
 """
 
 from __future__ import annotations
@@ -16,6 +18,8 @@ MAX_BACKOFF_SCALE = 16.0
 MAX_RETRY_AFTER_S = 30.0
 # Each clean response shrinks the backoff multiplier by this factor (about 23 responses halve it).
 RELAX_FACTOR = 0.97
+# A clean answer is written at most this often per destination while there is no backoff to decay.
+LAST_OK_RESOLUTION_S = 1.0
 
 
 def _greatest(engine: sa.Engine) -> str:
@@ -68,13 +72,25 @@ def back_off(engine: sa.Engine, destination: str, retry_after_s: float | None = 
         )
 
 
-def relax(engine: sa.Engine, destination: str) -> None:
-    """A clean response: decay the backoff multiplier towards 1 (no write when there is none)."""
+def relax(engine: sa.Engine, destination: str, *, now: float | None = None) -> None:
+    """A clean response: decay the backoff multiplier towards 1 and note the answer (no write while
+    there is no backoff and the last answer noted is under a second old)."""
+    now = time.time() if now is None else now
     with engine.begin() as conn:
         conn.execute(
             sa.text(
                 "UPDATE fetch_pacer SET interval_scale = CASE WHEN interval_scale * :f < 1 THEN 1.0 "
-                "ELSE interval_scale * :f END WHERE name = :name AND interval_scale > 1"
+                "ELSE interval_scale * :f END, last_ok_at = :now WHERE name = :name AND "
+                "(interval_scale > 1 OR last_ok_at IS NULL OR last_ok_at < :stale)"
             ),
-            {"name": destination, "f": RELAX_FACTOR},
+            {"name": destination, "f": RELAX_FACTOR, "now": now, "stale": now - LAST_OK_RESOLUTION_S},
         )
+
+
+def last_answered_at(engine: sa.Engine, destination: str) -> float | None:
+    """Epoch second of the destination's last clean answer to any process; None when none is known."""
+    with engine.connect() as conn:
+        value = conn.execute(
+            sa.text("SELECT last_ok_at FROM fetch_pacer WHERE name = :name"), {"name": destination}
+        ).scalar_one_or_none()
+    return None if value is None else float(value)

@@ -8,6 +8,7 @@ at once leave exactly one row and no integrity error.
 from __future__ import annotations
 
 import json
+import random
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -19,13 +20,17 @@ from ..catalog.base import utcnow
 from ..catalog.models import Card, ImageEvidence
 from .compute import ExtractionResult
 
-# A deferred card (throttled, or refused by the settings) waits BACKOFF_BASE_S, doubling with each
-# deferral in a row, at most BACKOFF_CAP_S; a longer Retry-After wins, up to RETRY_AFTER_CAP_S.
-BACKOFF_BASE_S = 30.0
-BACKOFF_CAP_S = 3600.0
+# A throttled card waits THROTTLE_BASE_S, doubling with each throttle in a row, at most
+# THROTTLE_CAP_S, jittered down to half so cards throttled together do not return together. The
+# streak starts over once the host has answered anyone cleanly since the card's last wait: the
+# host's slowing is the shared pacer's job. A longer Retry-After wins, up to RETRY_AFTER_CAP_S.
+THROTTLE_BASE_S = 5.0
+THROTTLE_CAP_S = 120.0
 RETRY_AFTER_CAP_S = 6 * 3600.0
 # A card whose fetch succeeded or ended in a terminal record owes no wait any more.
-BACKOFF_CLEARED: dict[str, Any] = {"throttle_count": 0, "next_eligible_at": None}
+BACKOFF_CLEARED: dict[str, Any] = {
+    "throttle_count": 0, "next_eligible_at": None, "config_refused_under": None, "config_refused_setting": None,
+}
 
 
 def _merge(dialect: str, stored: Any, patch: dict[str, Any]) -> Any:
@@ -97,31 +102,53 @@ def count_transient_failure(session: Session, card_id: int) -> int:
     return int(session.execute(sa.select(Card.stage_c_attempts).where(Card.id == card_id)).scalar_one())
 
 
-def backoff_s(deferrals: int, retry_after_s: float | None = None) -> float:
-    """How long a card waits after its ``deferrals``-th deferral in a row (1 = the first)."""
-    delay = min(BACKOFF_BASE_S * 2.0 ** max(deferrals - 1, 0), BACKOFF_CAP_S)
+def throttle_delay_s(streak: int, retry_after_s: float | None = None, *, rng: random.Random | None = None) -> float:
+    """How long a card waits after the ``streak``-th throttle in a row (1 = the first): jittered, bounded."""
+    full = min(THROTTLE_BASE_S * 2.0 ** max(streak - 1, 0), THROTTLE_CAP_S)
+    delay = full * (rng or random).uniform(0.5, 1.0)
     if retry_after_s is not None and retry_after_s > delay:
         delay = min(retry_after_s, RETRY_AFTER_CAP_S)
     return delay
 
 
 def defer_card(session: Session, card_id: int, *, seen_locator: str, now: datetime,
-               retry_after_s: float | None = None) -> datetime | None:
-    """Keep the card out of every batch until its backoff has passed; returns when it is eligible again.
+               retry_after_s: float | None = None, host_answered_at: datetime | None = None) -> datetime | None:
+    """Keep a throttled card out of every batch for a short while; returns when it is eligible again.
 
-    Counts one more deferral in a row (``throttle_count``). Does nothing (returns None) when a
-    writer has pointed the card at another image since we read it: the new image owes no wait.
+    Counts the throttle in the card's streak (``throttle_count``), which starts over when the host
+    answered anyone cleanly (``host_answered_at``) after the card's last wait ended. Does nothing
+    (returns None) when a writer has pointed the card at another image since we read it.
     """
-    deferrals = session.execute(
-        sa.update(Card)
+    row = session.execute(
+        sa.select(Card.throttle_count, Card.next_eligible_at)
         .where(Card.id == card_id, Card.image_locator == seen_locator)
-        .values(throttle_count=Card.throttle_count + 1, updated_at=Card.updated_at)  # not a change of the card
-        .returning(Card.throttle_count)
-    ).scalar_one_or_none()
-    if deferrals is None:
+    ).one_or_none()
+    if row is None:
         return None
-    until = now + timedelta(seconds=backoff_s(int(deferrals), retry_after_s))
+    count, waited_until = row
+    served_since = host_answered_at is not None and (waited_until is None or host_answered_at > waited_until)
+    streak = 1 if served_since else int(count) + 1
+    until = now + timedelta(seconds=throttle_delay_s(streak, retry_after_s))
     session.execute(
-        sa.update(Card).where(Card.id == card_id).values(next_eligible_at=until, updated_at=Card.updated_at)
+        sa.update(Card)
+        .where(Card.id == card_id)
+        .values(throttle_count=streak, next_eligible_at=until, updated_at=Card.updated_at)  # not a change of the card
     )
     return until
+
+
+def wait_on_configuration(session: Session, card_id: int, *, seen_locator: str, fingerprint: str,
+                          setting: str) -> bool:
+    """The settings refuse the card's locator: take it out of the Stage C backlog until they change.
+
+    Marked with the allow-list ``fingerprint`` it was refused under and the ``setting`` to change; no
+    timer. Does nothing (False) when a writer has pointed the card at another image since we read it.
+    """
+    return bool(
+        session.execute(
+            sa.update(Card)
+            .where(Card.id == card_id, Card.image_locator == seen_locator)
+            .values(stage_c_pending=False, config_refused_under=fingerprint, config_refused_setting=setting,
+                    next_eligible_at=None, updated_at=Card.updated_at)  # not a change of the card
+        ).rowcount
+    )

@@ -37,18 +37,19 @@ def backlog_ids(engine: sa.Engine, limit: int | None) -> list[int]:
 
 
 def _run_chunk(settings: Settings, ids: list[int], writer: str, run_id: str | None,
-               lexicon: frozenset[str]) -> dict[str, object]:
+               lexicon: frozenset[str], skip_leased: bool) -> dict[str, object]:
     global _worker_fetcher
     engine = engine_for(settings.database_url)
     if _worker_fetcher is None:
         _worker_fetcher = ImageFetcher.from_settings(settings, engine)
-    report = run_stage_c(engine, ids, writer=writer, run_id=run_id, fetcher=_worker_fetcher, lexicon=lexicon)
+    report = run_stage_c(engine, ids, writer=writer, run_id=run_id, fetcher=_worker_fetcher, lexicon=lexicon,
+                         skip_leased=skip_leased)
     return asdict(report)
 
 
 def _merge(total: StageCReport, part: dict[str, object]) -> None:
     for name in ("attempted", "completed", "skipped_current", "fetch_failures", "throttled", "terminal", "rejected",
-                 "config_refused", "not_yet_eligible"):
+                 "config_refused", "not_yet_eligible", "claimed_elsewhere"):
         setattr(total, name, getattr(total, name) + int(part[name]))  # type: ignore[call-overload]
     total.deferred_card_ids.extend(part["deferred_card_ids"])  # type: ignore[arg-type]
     if part["lockout"] is not None and total.lockout is None:
@@ -57,7 +58,7 @@ def _merge(total: StageCReport, part: dict[str, object]) -> None:
 
 def run_stage_c_pool(settings: Settings, card_ids: Sequence[int] | None, *, workers: int, writer: str,
                      run_id: str | None, limit: int | None = None,
-                     progress: Callable[[int], None] | None = None) -> StageCReport:
+                     progress: Callable[[int], None] | None = None, skip_leased: bool = False) -> StageCReport:
     """Run Stage C on ``card_ids`` (None: the backlog) with ``workers`` processes; one merged report.
 
     After a lockout no further chunk is started; chunks already running finish, and every card
@@ -75,7 +76,7 @@ def run_stage_c_pool(settings: Settings, card_ids: Sequence[int] | None, *, work
         while queue or pending:
             while queue and len(pending) < workers * 2 and total.lockout is None:
                 chunk = queue.pop()
-                pending[pool.submit(_run_chunk, settings, chunk, writer, run_id, lexicon)] = chunk
+                pending[pool.submit(_run_chunk, settings, chunk, writer, run_id, lexicon, skip_leased)] = chunk
             if not pending:
                 break
             done, _ = wait(pending, return_when=FIRST_COMPLETED)

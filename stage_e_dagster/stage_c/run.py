@@ -5,15 +5,16 @@ only the stale extractors, and persist in one transaction. Knows nothing of Dags
 
 Whose problem a fetch was decides what is left behind: the host's trouble (``failed``) counts in
 the fetch window; the upload's own (``rejected``: corrupt, truncated, empty, oversized, missing)
-is a terminal record and does not count; a throttle or a refusal by the settings leaves no record
-and keeps the card in the backlog behind a backoff.
+is a terminal record and does not count; a throttle leaves no record and keeps the card in the
+backlog behind a short wait; a refusal by the settings leaves no record and takes the card out of
+the backlog, waiting on configuration, until the settings change.
 """
 
 from __future__ import annotations
 
 import logging
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import datetime, timezone
 from typing import Callable, Iterator, Sequence
 
 import sqlalchemy as sa
@@ -23,13 +24,14 @@ from ..catalog.base import utcnow
 from ..catalog.engine import session_scope
 from ..catalog.models import Card, ImageEvidence
 from ..envelope.fetch_window import record_fetch_outcome
-from .backlog import backlog_page, cards_by_id
+from . import pacer
+from .backlog import backlog_page, cards_by_id, leased_elsewhere
 from .compute import ExtractionResult, compute_evidence, locator_key, sha256_hex, terminal_result
 from .current import satisfies_stage_c
 from .fetch import CONFIG_REFUSED, FAILED, REJECTED, THROTTLED, FetchLockout, FetchResult, ImageFetcher
 from .lexicon import known_set_codes
 from .manifest import stale_extractors
-from .persist import BACKOFF_CLEARED, count_transient_failure, defer_card, persist_evidence
+from .persist import BACKOFF_CLEARED, count_transient_failure, defer_card, persist_evidence, wait_on_configuration
 from .prefetch import FetchAhead
 
 log = logging.getLogger(__name__)
@@ -62,7 +64,8 @@ class StageCReport:
     """What one pass did. ``fetch_failures`` are the host's (they count in the fetch window);
     ``rejected`` uploads and ``config_refused`` locators are not failures; ``terminal`` counts every
     terminal record written (rejected uploads and permanent host failures); ``not_yet_eligible``
-    cards were skipped unfetched because their backoff has not passed."""
+    cards were skipped unfetched because their backoff has not passed; ``claimed_elsewhere`` cards
+    were skipped because a live lease (a dispatch batch in flight) holds them."""
 
     attempted: int = 0
     completed: int = 0
@@ -73,6 +76,8 @@ class StageCReport:
     rejected: int = 0
     config_refused: int = 0
     not_yet_eligible: int = 0
+    claimed_elsewhere: int = 0
+    stopped: bool = False  # ``should_stop`` said stop before every card was reached
     lockout: LockoutInfo | None = None
     deferred_card_ids: list[int] = field(default_factory=list)
 
@@ -98,13 +103,19 @@ def _view(card: Card) -> _CardView:
                      bool(card.stage_c_pending), card.next_eligible_at)
 
 
-def _iter_cards(engine: sa.Engine, card_ids: Sequence[int] | None, report: StageCReport) -> Iterator[_CardView]:
-    """The cards to process, in order. A card still backing off (throttled, or refused by the
-    settings) is skipped here, unfetched and counted, so nothing fetches it (ahead or not) before its time."""
+def _iter_cards(engine: sa.Engine, card_ids: Sequence[int] | None, report: StageCReport, *,
+                skip_leased: bool = False) -> Iterator[_CardView]:
+    """The cards to process, in order. A card still backing off (throttled) is skipped here, unfetched
+    and counted, so nothing fetches it (ahead or not) before its time; with ``skip_leased`` so is a
+    card a live lease holds (a BULK pass beside streaming leaves a batch's cards to its run)."""
 
-    def eligible(views: list[_CardView]) -> Iterator[_CardView]:
+    def eligible(session: Session, views: list[_CardView]) -> Iterator[_CardView]:
         now = utcnow()
+        leased = leased_elsewhere(session, [v.id for v in views], now=now) if skip_leased else set()
         for view in views:
+            if view.id in leased:
+                report.claimed_elsewhere += 1
+                continue
             if view.next_eligible_at is not None and view.next_eligible_at > now:
                 report.not_yet_eligible += 1
                 if card_ids is not None:
@@ -117,16 +128,17 @@ def _iter_cards(engine: sa.Engine, card_ids: Sequence[int] | None, report: Stage
             chunk = list(card_ids[start:start + PAGE_SIZE])
             with Session(engine) as session:
                 found = cards_by_id(session, chunk)
-                views = [_view(found[i]) for i in chunk if i in found]
-            yield from eligible(views)
+                views = list(eligible(session, [_view(found[i]) for i in chunk if i in found]))
+            yield from views
         return
     after = 0
     while True:
         with Session(engine) as session:
             page = [_view(c) for c in backlog_page(session, after, PAGE_SIZE)]
+            views = list(eligible(session, page))
         if not page:
             return
-        yield from eligible(page)
+        yield from views
         after = page[-1].id
 
 
@@ -154,7 +166,7 @@ def run_stage_c(engine: sa.Engine, card_ids: Sequence[int] | None, *, writer: st
                 fetcher: ImageFetcher, lexicon: frozenset[str] | None = None, limit: int | None = None,
                 progress: Callable[[int], None] | None = None, should_stop: Callable[[], bool] | None = None,
                 retry_budget: int = DEFAULT_RETRY_BUDGET, fetch_ahead: int = FETCH_AHEAD,
-                on_card: CardNote | None = None) -> StageCReport:
+                on_card: CardNote | None = None, skip_leased: bool = False) -> StageCReport:
     """Bring the evidence of ``card_ids`` (None: the whole Stage C backlog, by id) up to date.
 
     Ordinary per-card failures are counted and recorded, never raised. A 403 from an image host
@@ -162,13 +174,14 @@ def run_stage_c(engine: sa.Engine, card_ids: Sequence[int] | None, *, writer: st
     reached is listed as deferred (for an explicit ``card_ids`` list; in BULK mode they simply
     stay in the backlog). ``should_stop`` is asked before every card; no card starts after it says
     stop. Up to ``fetch_ahead`` cards are fetched ahead in a thread while a card computes.
-    ``on_card`` is told of each card that failed, was deferred or was left terminal.
+    ``on_card`` is told of each card that failed, was deferred or was left terminal. ``skip_leased``
+    (BULK mode beside streaming) leaves alone every card a live lease holds.
     """
     if lexicon is None:
         lexicon = known_set_codes(engine)
     note = on_card or _ignore
     report = StageCReport()
-    cards = FetchAhead(_iter_cards(engine, card_ids, report), fetcher, depth=fetch_ahead,
+    cards = FetchAhead(_iter_cards(engine, card_ids, report, skip_leased=skip_leased), fetcher, depth=fetch_ahead,
                        wanted=lambda view: view.stage_c_pending)
     stopped = False
     try:
@@ -177,13 +190,14 @@ def run_stage_c(engine: sa.Engine, card_ids: Sequence[int] | None, *, writer: st
                 break
             if should_stop is not None and should_stop():
                 report.deferred_card_ids.append(view.id)
-                stopped = True
+                stopped = report.stopped = True
                 break
             report.attempted += 1
             cards.start(None if limit is None else limit - report.attempted)
             try:
                 _process_card(engine, view, report, writer=writer, run_id=run_id, fetcher=cards,  # type: ignore[arg-type]
-                              lexicon=lexicon, retry_budget=retry_budget, note=note)
+                              lexicon=lexicon, retry_budget=retry_budget, note=note,
+                              fingerprint=fetcher.settings_fingerprint)
             finally:
                 if progress is not None:
                     progress(1)
@@ -214,7 +228,8 @@ def _lockout_met_ahead(engine: sa.Engine, view: _CardView, exc: FetchLockout, re
 
 
 def _process_card(engine: sa.Engine, view: _CardView, report: StageCReport, *, writer: str, run_id: str | None,
-                  fetcher: ImageFetcher, lexicon: frozenset[str], retry_budget: int, note: CardNote) -> None:
+                  fetcher: ImageFetcher, lexicon: frozenset[str], retry_budget: int, note: CardNote,
+                  fingerprint: str) -> None:
     keys: list[str] | None = None
     if view.known_hash is not None:
         with session_scope(engine) as session:
@@ -243,8 +258,9 @@ def _process_card(engine: sa.Engine, view: _CardView, report: StageCReport, *, w
         return
 
     if fetched.outcome == CONFIG_REFUSED:
-        _defer_config_refused(engine, view, fetched, report)
-        note(view.id, CONFIG_REFUSED, f"{fetched.error_class}: not fetched, fix {fetched.setting}; stays in backlog")
+        _defer_config_refused(engine, view, fetched, report, fingerprint=fingerprint)
+        note(view.id, CONFIG_REFUSED,
+             f"{fetched.error_class}: not fetched, waits on configuration: fix {fetched.setting}")
         return
 
     if fetched.outcome in (FAILED, REJECTED):
@@ -285,30 +301,34 @@ def _process_card(engine: sa.Engine, view: _CardView, report: StageCReport, *, w
 
 def _defer_throttled(engine: sa.Engine, view: _CardView, fetched: FetchResult, report: StageCReport, *,
                      run_id: str | None) -> None:
-    """A 429/503: not a failure. The card stays in the backlog and waits out its backoff (or the
-    host's longer Retry-After) before any batch takes it again."""
+    """A 429/503: not a failure. The host is slowed for everyone by the shared pacer (the fetcher did
+    that); the card stays in the backlog and waits a short while (or the host's longer Retry-After)
+    before any batch takes it again."""
+    answered = pacer.last_answered_at(engine, fetched.host) if fetched.host else None
     with session_scope(engine) as session:
         record_fetch_outcome(session, THROTTLED, status_code=fetched.status_code, host=fetched.host,
                              card_id=view.id, run_id=run_id)
-        defer_card(session, view.id, seen_locator=view.locator, now=utcnow(), retry_after_s=fetched.retry_after_s)
+        defer_card(session, view.id, seen_locator=view.locator, now=utcnow(), retry_after_s=fetched.retry_after_s,
+                   host_answered_at=None if answered is None else datetime.fromtimestamp(answered, timezone.utc))
     report.throttled += 1
     report.deferred_card_ids.append(view.id)
 
 
-def _defer_config_refused(engine: sa.Engine, view: _CardView, fetched: FetchResult, report: StageCReport) -> None:
+def _defer_config_refused(engine: sa.Engine, view: _CardView, fetched: FetchResult, report: StageCReport, *,
+                          fingerprint: str) -> None:
     """The settings forbid the locator: a configuration error, not a property of the card.
 
-    Nothing is fetched, so no fetch outcome is recorded and no evidence written; the card stays
-    in the backlog behind the same backoff as a throttled card, and is processed once the
-    setting named in the warning allows it.
+    Nothing is fetched, so no fetch outcome is recorded and no evidence written; the card leaves the
+    backlog and waits on configuration until the settings change (``requeue_config_refused``).
     """
     with session_scope(engine) as session:
-        until = defer_card(session, view.id, seen_locator=view.locator, now=utcnow())
+        wait_on_configuration(session, view.id, seen_locator=view.locator, fingerprint=fingerprint,
+                              setting=fetched.setting or "")
     report.config_refused += 1
     report.deferred_card_ids.append(view.id)
-    log.warning("card %s not fetched, refused by the settings: %s (fix %s). The card stays in the backlog; "
-                "next try after %s", view.id, fetched.detail or fetched.error_class, fetched.setting,
-                until.isoformat(timespec="seconds") if until is not None else "its image changes")
+    log.warning("card %s not fetched, refused by the settings: %s (fix %s). The card waits on configuration "
+                "and is tried again once the settings change", view.id, fetched.detail or fetched.error_class,
+                fetched.setting)
 
 
 def _persist_failed_fetch(engine: sa.Engine, view: _CardView, fetched: FetchResult, report: StageCReport, *,

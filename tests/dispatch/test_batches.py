@@ -16,6 +16,7 @@ from stage_e_dagster.dispatch.batches import (
     create_batches,
     fail_and_retry,
     mark_succeeded,
+    renew_lease,
     request_again,
     take_batch,
 )
@@ -227,3 +228,82 @@ def test_taking_a_batch_is_a_compare_and_set(engine: sa.Engine) -> None:
         ).recorded
     with session_scope(engine) as session:
         assert session.get(MicroBatch, key).run_id == "run-1" and session.get(MicroBatch, key).status == "running"
+
+
+def _another_batch_takes(engine: sa.Engine, card_id: int, *, at) -> None:
+    """The batch's claims expired while it waited, and another batch claimed one of its cards."""
+    with session_scope(engine) as session:
+        session.execute(
+            sa.update(CardClaim)
+            .where(CardClaim.card_id == card_id)
+            .values(batch_key="mb-other", expires_at=at + timedelta(seconds=TTL))
+        )
+
+
+def test_taking_a_batch_shrinks_it_to_the_claims_it_still_holds(engine: sa.Engine) -> None:
+    ids = insert_cards(engine, 3)
+    [(key, _, _)], _ = make(engine, BatchPlan(batch_size=3, max_batches=1))
+    later = utcnow() + timedelta(seconds=TTL + 1)
+    _another_batch_takes(engine, ids[1], at=later)
+    with session_scope(engine) as session:
+        assert take_batch(session, key, run_id="run-1", now=later, lease_until=later + timedelta(seconds=TTL))
+    with session_scope(engine) as session:
+        assert session.get(MicroBatch, key).card_ids == [ids[0], ids[2]]
+        held = dict(session.execute(sa.select(CardClaim.card_id, CardClaim.batch_key)).all())
+    assert held == {ids[0]: key, ids[1]: "mb-other", ids[2]: key}
+
+
+def test_taking_a_batch_whose_every_card_went_elsewhere_refuses_and_abandons_it(engine: sa.Engine) -> None:
+    ids = insert_cards(engine, 1)
+    [(key, _, _)], _ = make(engine, BatchPlan(batch_size=1, max_batches=1))
+    later = utcnow() + timedelta(seconds=TTL + 1)
+    _another_batch_takes(engine, ids[0], at=later)
+    with session_scope(engine) as session:
+        assert not take_batch(session, key, run_id="run-1", now=later, lease_until=later + timedelta(seconds=TTL))
+    with session_scope(engine) as session:
+        assert session.get(MicroBatch, key).status == "abandoned"
+        assert session.get(CardClaim, ids[0]).batch_key == "mb-other"
+
+
+def test_renewing_a_lease_shrinks_the_batch_to_the_claims_it_still_holds(engine: sa.Engine) -> None:
+    ids = insert_cards(engine, 3)
+    [(key, _, _)], _ = make(engine, BatchPlan(batch_size=3, max_batches=1))
+    later = utcnow() + timedelta(seconds=TTL + 1)
+    _another_batch_takes(engine, ids[2], at=later)
+    with session_scope(engine) as session:
+        renew_lease(session, key, until=later + timedelta(seconds=TTL))
+    with session_scope(engine) as session:
+        batch = session.get(MicroBatch, key)
+        assert batch.card_ids == ids[:2] and batch.status == "pending"
+        held = dict(session.execute(sa.select(CardClaim.card_id, CardClaim.batch_key)).all())
+    assert held == {ids[0]: key, ids[1]: key, ids[2]: "mb-other"}
+
+
+def test_parking_a_batch_parks_only_its_unfinished_cards(engine: sa.Engine) -> None:
+    ids = insert_cards(engine, 3)
+    [(key, _, _)], _ = make(engine, BatchPlan(batch_size=3, max_batches=1))
+    with session_scope(engine) as session:
+        assert take_batch(session, key, run_id="run-1", now=utcnow(), lease_until=utcnow() + timedelta(seconds=TTL))
+        # The run finished the first card before it failed, on the batch's last attempt.
+        session.execute(sa.update(Card).where(Card.id == ids[0]).values(stage_c_pending=False))
+    with session_scope(engine) as session:
+        outcome = fail_and_retry(
+            session, session.get(MicroBatch, key), reason="RuntimeError: boom", now=utcnow(), max_attempts=1,
+            claim_ttl_s=TTL, run_id="run-1",
+        )
+        assert outcome.recorded and outcome.retry is None
+    with session_scope(engine) as session:
+        claims = dict(session.execute(sa.select(CardClaim.card_id, CardClaim.batch_key)).all())
+    assert claims == {ids[1]: PARKED_KEY, ids[2]: PARKED_KEY}
+
+
+def test_renewing_never_shortens_a_running_batchs_claims(engine: sa.Engine) -> None:
+    ids = insert_cards(engine, 2)
+    [(key, _, _)], _ = make(engine, BatchPlan(batch_size=2, max_batches=1))
+    far = utcnow() + timedelta(seconds=10 * TTL)
+    with session_scope(engine) as session:
+        assert take_batch(session, key, run_id="run-1", now=utcnow(), lease_until=far)
+        renew_lease(session, key, until=utcnow() + timedelta(seconds=TTL))
+    with session_scope(engine) as session:
+        expiries = session.execute(sa.select(CardClaim.expires_at).where(CardClaim.card_id.in_(ids))).scalars().all()
+    assert len(expiries) == 2 and all(abs((e - far).total_seconds()) < 1 for e in expiries)

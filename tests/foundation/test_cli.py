@@ -15,7 +15,7 @@ import typer
 from typer.testing import CliRunner
 
 from stage_e_dagster.catalog.engine import session_scope
-from stage_e_dagster.catalog.models import EnvelopeTrip, MicroBatch
+from stage_e_dagster.catalog.models import Card, EnvelopeTrip, MicroBatch
 from stage_e_dagster.cli.context import catalog_engine
 from stage_e_dagster.cli.main import app
 from stage_e_dagster.cli.output import percent
@@ -209,3 +209,19 @@ def test_bulk_ends_with_a_readable_summary(upgraded: sa.Engine) -> None:
 @pytest.mark.parametrize(("fraction", "shown"), [(0.125, "12.5%"), (1.0, "100.0%"), (0.0, "0.0%"), (None, "-")])
 def test_one_percentage_format(fraction: float | None, shown: str) -> None:
     assert percent(fraction) == shown
+
+
+def test_status_counts_cards_waiting_on_configuration_apart_and_names_the_variable(upgraded: sa.Engine) -> None:
+    with upgraded.begin() as conn:
+        conn.execute(sa.insert(Card), [
+            {"identifier": "waits", "name": "Waits", "image_locator": "http://images.example.org/1.jpg",
+             "stage_c_pending": False, "config_refused_under": "0123456789abcdef",
+             "config_refused_setting": "STAGE_E_FETCH_ALLOWED_HOSTS"},
+            {"identifier": "pending", "name": "Pending", "image_locator": "file:///nowhere/2.jpg",
+             "stage_c_pending": True, "config_refused_under": None, "config_refused_setting": None},
+        ])
+    info = json.loads(runner.invoke(app, ["status", "--json"]).output)
+    assert info["stage_c_backlog"] == 1
+    assert info["waiting_on_configuration"] == {"STAGE_E_FETCH_ALLOWED_HOSTS": 1}
+    shown = runner.invoke(app, ["status"], env={"COLUMNS": "120"}).output
+    assert "waiting on configuration" in shown and "1 card" in shown and "STAGE_E_FETCH_ALLOWED_HOSTS" in shown

@@ -7,6 +7,7 @@ Runs execute in process (the same code the run worker executes); the daemon test
 from __future__ import annotations
 
 import http.server
+import random
 import shutil
 import socket
 import threading
@@ -30,6 +31,7 @@ from stage_e_dagster.corpus.seed import seed_corpus
 from stage_e_dagster.definitions import defs
 from stage_e_dagster.defs.partitions import micro_batches
 from stage_e_dagster.defs.resources import StageEResource
+from stage_e_dagster.dispatch import conveyor
 
 INSTANCE_OVERRIDES = {"concurrency": {"pools": {"granularity": "run", "default_limit": 2}}}
 
@@ -96,6 +98,16 @@ class Pipeline:
             tags=tags or {},
         )
 
+    def run_failing_in_stage_c(self, partition_key: str, tags: dict[str, str], monkeypatch: pytest.MonkeyPatch):  # type: ignore[no-untyped-def]
+        """Run the batch with Stage C raising ``RuntimeError: stage C broke`` after the run took it."""
+
+        def broken_stage_c(*args: object, **kwargs: object) -> None:
+            raise RuntimeError("stage C broke")
+
+        with monkeypatch.context() as patched:
+            patched.setattr(conveyor, "run_stage_c", broken_stage_c)
+            return self.run(partition_key, tags=tags)
+
     def drain(self, sensor_name: str = "card_created_sensor", max_ticks: int = 20) -> list[str]:
         """Tick and run every requested batch until the sensor asks for nothing; returns the run ids."""
         run_ids = []
@@ -130,13 +142,19 @@ def pipeline(corpus_template: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPa
 
 
 class ImageServer:
-    """A real HTTP server on 127.0.0.1 serving the corpus images, with per-path status overrides."""
+    """A real HTTP server on 127.0.0.1 serving the corpus images, with per-path status overrides and,
+    given ``throttle_share``, a storm: that share of requests, at random, answered 429."""
 
-    def __init__(self, root: Path) -> None:
+    def __init__(self, root: Path, *, throttle_share: float = 0.0, seed: int = 19) -> None:
         self.root = root
         self.status: dict[str, int] = {}
         self.requests: list[str] = []
+        self.served: list[str] = []
+        self.throttled = 0
         self.delay_s = 0.0
+        self.throttle_share = throttle_share
+        self._rng = random.Random(seed)
+        self._lock = threading.Lock()
         server = self
 
         class Handler(http.server.BaseHTTPRequestHandler):
@@ -146,8 +164,13 @@ class ImageServer:
                 if server.delay_s:
                     time.sleep(server.delay_s)
                 status = server.status.get(name, 200)
+                with server._lock:
+                    if server.throttle_share and server._rng.random() < server.throttle_share:
+                        status = 429
+                        server.throttled += 1
                 path = server.root / name
                 if status == 200 and path.is_file():
+                    server.served.append(name)
                     body = path.read_bytes()
                     self.send_response(200)
                     self.send_header("Content-Type", "image/jpeg")

@@ -25,6 +25,7 @@ from dagster._core.instance.ref import InstanceRef
 from stage_e_dagster.catalog.engine import make_engine, session_scope
 from stage_e_dagster.catalog.models import Card, ImageEvidence, MicroBatch, PrintingVote
 from stage_e_dagster.corpus.seed import seed_corpus
+from stage_e_dagster.defs.dagster_internals import backfill_status
 from stage_e_dagster.defs.instance import EMBEDDED_INSTANCE_YAML, PROJECT_ROOT, WORKSPACE_YAML
 from stage_e_dagster.defs.ledger import ledger_entries
 from stage_e_dagster.defs.run_ends import runs_in_progress
@@ -336,11 +337,17 @@ def test_postgres_catalogue_and_dagster_instance(tmp_path: Path, corpus_template
         drop_pg_database(dagster_url)
 
 
-def test_a_trip_cancels_queued_runs_holds_every_tick_and_ack_resumes(corpus_template: Path, tmp_path: Path) -> None:
+def test_a_trip_holds_a_sweeps_queued_runs_every_tick_and_they_run_after_the_ack(
+    corpus_template: Path, tmp_path: Path
+) -> None:
+    """A sweep's queued runs are held (pool at 0), not cancelled: a cancelled backfill run would fail
+    its partition for good, and the backfill would read COMPLETED_FAILED with nothing failed."""
     stack = sqlite_stack_for(corpus_template, tmp_path, batch_size=1, cap=1)
     try:
         cards = stack.counts()["cards"]
         assert stack.stage_e("sweep").returncode == 0  # one backfill: a queue of one-card runs
+        with session_scope(stack.engine) as session:
+            [backfill_id] = session.execute(sa.select(MicroBatch.backfill_id).distinct()).scalars().all()
         stack.start()
         instance = stack.instance()
         dispatch = {"stage_e/dispatch": "micro-batch"}
@@ -353,22 +360,32 @@ def test_a_trip_cancels_queued_runs_holds_every_tick_and_ack_resumes(corpus_temp
         opened = stack.stage_e("trips", "open", "--note", "maintenance window")
         assert opened.returncode == 0, opened.stderr
         trip_id = opened.stdout.split()[1]
-        stack.wait_until(
-            lambda: count(DagsterRunStatus.QUEUED, DagsterRunStatus.STARTING, DagsterRunStatus.STARTED) == 0,
+        pool_slots = lambda: instance.event_log_storage.get_concurrency_info("stage_e_dispatch").slot_count  # noqa: E731
+        stack.wait_until(  # the hold applies at the next sensor tick; a run dequeued before it refuses
+            lambda: pool_slots() == 0 and count(DagsterRunStatus.STARTING, DagsterRunStatus.STARTED) == 0,
             timeout_s=120,
-            what="queued runs cancelled and in-flight work drained",
+            what="the pool held and in-flight work drained",
         )
-        assert count(DagsterRunStatus.CANCELED) >= 1
         started_before = count(DagsterRunStatus.SUCCESS, DagsterRunStatus.FAILURE)
-        time.sleep(15)  # three sensor ticks: nothing new may start
+        time.sleep(15)  # three sensor ticks: nothing new may start, nothing is cancelled
         assert count(DagsterRunStatus.SUCCESS, DagsterRunStatus.FAILURE, DagsterRunStatus.STARTED) == started_before
+        assert count(DagsterRunStatus.QUEUED) >= 1 and count(DagsterRunStatus.CANCELED) == 0
         assert stack.counts()["waiting"] > 0
-        assert instance.event_log_storage.get_concurrency_info("stage_e_dispatch").slot_count == 0
+        assert pool_slots() == 0
         acked = stack.stage_e("trips", "ack", trip_id, "--note", "window closed")
         assert acked.returncode == 0, acked.stderr
         stack.wait_until(stack.idle, timeout_s=300, what="every held card to be processed after the ack")
         assert stack.counts()["evidence_cards"] == cards
         assert_no_duplicates(stack.engine)
+        # What the Backfills page says a while later, for the record (not asserted: see the note in
+        # docs/operations.md on a run that refused or was cancelled anyway).
+        deadline = time.monotonic() + 90
+        completed = lambda: (backfill_status(instance, backfill_id) or "").startswith("COMPLETED")  # noqa: E731
+        while time.monotonic() < deadline and not completed():
+            time.sleep(2)
+        its_runs = instance.get_runs(RunsFilter(tags={"dagster/backfill": backfill_id}))
+        print(f"\nbackfill {backfill_id}: {backfill_status(instance, backfill_id)}; "
+              f"its runs: {sorted(r.status.value for r in its_runs)}")
     finally:
         stack.stop()
         stack.engine.dispose()

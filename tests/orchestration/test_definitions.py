@@ -78,3 +78,9 @@ def test_the_dispatch_and_envelope_sensors_tick_on_every_pass_of_the_sensor_daem
 
     for name in ("card_created_sensor", "evidence_changed_sensor", "envelope_trip_sensor"):
         assert defs.resolve_sensor_def(name).minimum_interval_seconds < MIN_INTERVAL_LOOP_TIME, name
+
+
+def test_backfill_runs_use_the_in_process_executor() -> None:
+    """A sweep's runs execute as the implicit asset job: one process per run, as a dispatch run,
+    not a subprocess per step (10-31 s each to start on a loaded machine)."""
+    assert defs.resolve_implicit_global_asset_job_def().executor_def.name == "in_process"

@@ -165,15 +165,7 @@ def test_a_second_run_of_a_finished_batch_refuses_without_fetching_or_touching_i
 def test_only_the_card_created_sensor_requests_a_waiting_retry(pipeline: Pipeline, monkeypatch) -> None:
     monkeypatch.setenv("STAGE_E_MICRO_BATCH_SIZE", "3")
     [request, *_] = requests_of(pipeline.tick("card_created_sensor"))
-    with pipeline.engine.begin() as conn:  # break the batch so its run fails inside the stages
-        conn.execute(
-            sa.text("UPDATE micro_batches SET card_ids = '[\"x\"]' WHERE batch_key = :k"), {"k": request.partition_key}
-        )
-    assert not pipeline.run(request.partition_key, tags=dict(request.tags)).success
-    with pipeline.engine.begin() as conn:
-        conn.execute(
-            sa.text("UPDATE micro_batches SET card_ids = '[1,2,3]' WHERE batch_key = :k"), {"k": request.partition_key}
-        )
+    assert not pipeline.run_failing_in_stage_c(request.partition_key, dict(request.tags), monkeypatch).success
     pipeline.tick("envelope_trip_sensor")
     retry_key = request.partition_key + "-r2"
     assert batch(pipeline, retry_key).status == "pending"
@@ -189,19 +181,8 @@ def _two_failed_runs(pipeline: Pipeline, monkeypatch) -> list:
     monkeypatch.setenv("STAGE_E_MICRO_BATCH_SIZE", "3")
     requests = requests_of(pipeline.tick("card_created_sensor"))[:2]
     outcomes = []
-    for request in requests:  # each run fails inside Stage D on a card id it cannot read
-        cards = json.dumps(batch(pipeline, request.partition_key).card_ids)
-        with pipeline.engine.begin() as conn:
-            conn.execute(
-                sa.text("UPDATE micro_batches SET card_ids = '[\"x\"]' WHERE batch_key = :k"),
-                {"k": request.partition_key},
-            )
-        outcomes.append(pipeline.run(request.partition_key, tags=dict(request.tags)))
-        with pipeline.engine.begin() as conn:
-            conn.execute(
-                sa.text("UPDATE micro_batches SET card_ids = :c WHERE batch_key = :k"),
-                {"c": cards, "k": request.partition_key},
-            )
+    for request in requests:  # each run fails inside Stage C, after it took its batch
+        outcomes.append(pipeline.run_failing_in_stage_c(request.partition_key, dict(request.tags), monkeypatch))
     assert [o.success for o in outcomes] == [False, False]
     return [(r.partition_key, o.run_id) for r, o in zip(requests, outcomes)]
 

@@ -2,20 +2,24 @@
 
 from __future__ import annotations
 
+import uuid
 from datetime import timedelta
 
 import pytest
 import sqlalchemy as sa
-from dagster import AssetKey, SensorResult
+from dagster import AssetKey, DagsterRun, DagsterRunStatus, SensorResult
 
 from stage_e_dagster.catalog.base import utcnow
 from stage_e_dagster.catalog.engine import session_scope
-from stage_e_dagster.catalog.models import EnvelopeTrip, MicroBatch, ScanLog
+from stage_e_dagster.catalog.models import CardClaim, EnvelopeTrip, MicroBatch, ScanLog
 from stage_e_dagster.defs.hold import pool_limit
-from stage_e_dagster.dispatch.batches import take_batch
+from stage_e_dagster.defs.run_ends import settle_run_end
+from stage_e_dagster.defs.tags import DISPATCH_TAG, PARTITION_TAG
+from stage_e_dagster.dispatch.batches import PARKED_KEY, take_batch
 from stage_e_dagster.envelope.fetch_window import record_fetch_outcome
 from stage_e_dagster.envelope.signals import current_rss_mb, peak_rss_mb
 from stage_e_dagster.envelope.trips import acknowledge_trip, current_open_trip, open_trip
+from stage_e_dagster.settings import load_settings
 
 from .conftest import Pipeline
 from .test_streaming import skip_text
@@ -98,29 +102,13 @@ def test_an_open_trip_holds_the_pool_and_ack_restores_it(pipeline: Pipeline) -> 
 
 def test_a_failed_run_gets_a_ledger_entry_and_a_retry_under_a_new_key(pipeline: Pipeline, monkeypatch) -> None:
     request = pipeline.tick("card_created_sensor").run_requests[0]
-    # Break the batch's catalogue row so the run fails inside Stage C: its card list names a card
-    # id that is not an integer, which the stage's query cannot bind.
-    with session_scope(pipeline.engine) as session:
-        batch = session.get(MicroBatch, request.partition_key)
-        cards = list(batch.card_ids)
-    outcome_env = dict(request.tags)
-    monkeypatch.setenv("STAGE_E_DATABASE_URL", pipeline.url)
-    with pipeline.engine.begin() as conn:
-        conn.execute(
-            sa.text("UPDATE micro_batches SET card_ids = :ids WHERE batch_key = :k"),
-            {"ids": '["not-a-card"]', "k": request.partition_key},
-        )
-    outcome = pipeline.run(request.partition_key, tags=outcome_env)
+    outcome = pipeline.run_failing_in_stage_c(request.partition_key, dict(request.tags), monkeypatch)
     assert not outcome.success
-    with pipeline.engine.begin() as conn:  # put the real card list back, as an operator would
-        conn.execute(
-            sa.text("UPDATE micro_batches SET card_ids = :ids WHERE batch_key = :k"),
-            {"ids": str(cards).replace(" ", ""), "k": request.partition_key},
-        )
     result = pipeline.tick("envelope_trip_sensor")
     [event] = [e for e in result.asset_events if e.asset_key == AssetKey("stage_c_evidence")]
     meta = {k: v.value for k, v in event.metadata.items()}
-    assert meta["failure_reason"] and meta["run_id"] == outcome.run_id and meta["attempt"] == 1
+    assert "RuntimeError: stage C broke" in meta["failure_reason"]
+    assert meta["run_id"] == outcome.run_id and meta["attempt"] == 1
     assert meta["retry_batch_key"] == request.partition_key + "-r2"
     retry = pipeline.tick("card_created_sensor")
     keys = [r.partition_key for r in retry.run_requests]
@@ -174,3 +162,55 @@ def test_a_running_batch_whose_run_vanished_past_its_lease_fails_and_retries(pip
         r2 = session.get(MicroBatch, request.partition_key + "-r2")
         assert r2 is not None and r2.card_ids == cards and r2.attempt == 2
     assert request.partition_key + "-r2" in [r.partition_key for r in retry.run_requests]
+
+
+def _run_holding(pipeline: Pipeline, batch_key: str) -> DagsterRun:
+    """A started run of the batch that took it, as a run worker would have."""
+    run = DagsterRun(job_name="stage_e_dispatch", run_id=str(uuid.uuid4()), status=DagsterRunStatus.STARTED,
+                     tags={PARTITION_TAG: batch_key, DISPATCH_TAG: "micro-batch"})
+    pipeline.instance.add_run(run)
+    with session_scope(pipeline.engine) as session:
+        assert take_batch(session, batch_key, run_id=run.run_id, now=utcnow(),
+                          lease_until=utcnow() + timedelta(hours=1))
+    return run
+
+
+def test_a_run_cancelled_for_its_max_runtime_spends_an_attempt_and_a_hanging_card_is_parked(
+    pipeline: Pipeline, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """What the run monitor does to a run past ``dagster/max_runtime``: CANCELING with its message,
+    then CANCELED. A cancel by a person costs nothing; this one must, or a card that hangs Stage C
+    is dispatched again for ever."""
+    monkeypatch.setenv("STAGE_E_STREAMING_ENABLED", "true")
+    monkeypatch.setenv("STAGE_E_MAX_BATCH_ATTEMPTS", "2")
+    settings = load_settings()
+    key = pipeline.tick("card_created_sensor").run_requests[0].partition_key
+    for attempt in (1, 2):
+        run = _run_holding(pipeline, key)
+        pipeline.instance.report_run_canceling(
+            run, message="Canceling due to exceeding maximum runtime of 1800 seconds."  # the run monitor's words
+        )
+        pipeline.instance.report_run_canceled(run)
+        end = settle_run_end(pipeline.engine, pipeline.instance, settings, pipeline.instance.get_run_by_id(run.run_id))
+        with session_scope(pipeline.engine) as session:
+            batch = session.get(MicroBatch, key)
+            assert (batch.status, batch.attempt) == ("failed", attempt), batch.failure_reason
+            assert "maximum runtime" in (batch.failure_reason or "")
+            cards = list(batch.card_ids)
+        if attempt == 1:
+            assert end.retry_key == key + "-r2"
+            key = end.retry_key
+    with session_scope(pipeline.engine) as session:
+        parked = session.execute(sa.select(CardClaim.card_id).where(CardClaim.batch_key == PARKED_KEY)).scalars()
+        assert sorted(parked) == sorted(cards)
+
+
+def test_a_run_a_person_cancelled_costs_no_attempt(pipeline: Pipeline, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("STAGE_E_STREAMING_ENABLED", "true")
+    key = pipeline.tick("card_created_sensor").run_requests[0].partition_key
+    run = _run_holding(pipeline, key)
+    pipeline.instance.report_run_canceling(run)
+    pipeline.instance.report_run_canceled(run)
+    settle_run_end(pipeline.engine, pipeline.instance, load_settings(), pipeline.instance.get_run_by_id(run.run_id))
+    with session_scope(pipeline.engine) as session:
+        assert session.get(MicroBatch, key).status == "abandoned"

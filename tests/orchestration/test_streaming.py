@@ -2,12 +2,17 @@
 
 from __future__ import annotations
 
+import json
+
 import pytest
 import sqlalchemy as sa
 from dagster import AssetKey, AssetRecordsFilter, SensorResult, SkipReason
+from typer.testing import CliRunner
 
 from stage_e_dagster.catalog.engine import session_scope
 from stage_e_dagster.catalog.models import Card, EnvelopeTrip, FetchOutcome, ImageEvidence, MicroBatch, PrintingVote
+from stage_e_dagster.cli.main import app
+from stage_e_dagster.defs.ledger import ledger_entries
 from stage_e_dagster.dispatch.ledger import STAGE_C_FIELDS, STAGE_D_FIELDS
 from stage_e_dagster.envelope.trips import acknowledge_trip, current_open_trip
 
@@ -36,6 +41,15 @@ def skip_text(result: object) -> str:
     assert isinstance(result, SensorResult), result
     assert not result.run_requests, "expected a skip, got run requests"
     return result.skip_reason.skip_message if result.skip_reason else ""
+
+
+def serve_first_card_over_http(pipeline: Pipeline, image_server: ImageServer) -> tuple[int, str]:
+    """Point the first card at the test image server; returns its id and image name."""
+    with pipeline.engine.begin() as conn:
+        card_id, locator = conn.execute(sa.select(Card.id, Card.image_locator).order_by(Card.id).limit(1)).one()
+        name = locator.split("/corpus/", 1)[1]
+        conn.execute(sa.update(Card).where(Card.id == card_id).values(image_locator=f"{image_server.base}/{name}"))
+    return card_id, name
 
 
 def test_default_off_nothing_dispatches_and_a_run_refuses(pipeline: Pipeline, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -186,10 +200,7 @@ def test_a_429_defers_the_card_and_does_not_trip(
     pipeline: Pipeline, image_server: ImageServer, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setenv("STAGE_E_STREAMING_ENABLED", "true")
-    with pipeline.engine.begin() as conn:
-        card_id, locator = conn.execute(sa.select(Card.id, Card.image_locator).order_by(Card.id).limit(1)).one()
-        name = locator.split("/corpus/", 1)[1]
-        conn.execute(sa.update(Card).where(Card.id == card_id).values(image_locator=f"{image_server.base}/{name}"))
+    card_id, name = serve_first_card_over_http(pipeline, image_server)
     image_server.status[name] = 429
     result = pipeline.tick("card_created_sensor")
     outcome = pipeline.run(result.run_requests[0].partition_key, tags=dict(result.run_requests[0].tags))
@@ -212,3 +223,63 @@ def test_a_429_defers_the_card_and_does_not_trip(
     )
     with session_scope(pipeline.engine) as session:
         assert current_open_trip(session) is None
+
+
+def test_a_host_the_settings_refuse_waits_on_configuration_visibly_until_the_settings_change(
+    pipeline: Pipeline, image_server: ImageServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("STAGE_E_STREAMING_ENABLED", "true")
+    monkeypatch.setenv("STAGE_E_FETCH_ALLOWED_HOSTS", "images.example.org")
+    card_id, name = serve_first_card_over_http(pipeline, image_server)
+    for run_id in pipeline.drain():
+        assert pipeline.instance.get_run_by_id(run_id).is_success
+    with session_scope(pipeline.engine) as session:
+        refused = session.get(Card, card_id)
+        assert not refused.stage_c_pending and refused.next_eligible_at is None
+        assert session.execute(sa.select(sa.func.count()).select_from(ImageEvidence)
+                               .where(ImageEvidence.card_id == card_id)).scalar_one() == 0
+    assert image_server.requests == []
+    assert "no unclaimed cards" in skip_text(pipeline.tick("card_created_sensor"))  # left out of the backlog
+    pipeline.tick("envelope_trip_sensor")
+    [record] = pipeline.instance.fetch_observations(AssetKey("stage_e_envelope"), limit=1).records
+    meta = record.asset_observation.metadata
+    assert meta["waiting_on_configuration_hosts"].value == 1 and meta["waiting_on_configuration_roots"].value == 0
+    assert meta["stage_c_waiting"].value == 0
+
+    monkeypatch.setenv("STAGE_E_FETCH_ALLOWED_HOSTS", "images.example.org,127.0.0.1")  # the operator fixes it
+    assert pipeline.drain()
+    with session_scope(pipeline.engine) as session:
+        fixed = session.get(Card, card_id)
+        assert not fixed.stage_c_pending and fixed.config_refused_under is None
+        assert session.execute(sa.select(sa.func.count()).select_from(ImageEvidence)
+                               .where(ImageEvidence.card_id == card_id)).scalar_one() == 1
+    assert image_server.requests == [name]
+
+
+def test_a_batch_a_trip_stopped_early_reads_stopped_with_cards_done_of_cards_held(
+    pipeline: Pipeline, image_server: ImageServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("STAGE_E_STREAMING_ENABLED", "true")
+    from .test_dispatch_invariants import serve_over_http  # it imports this module's helpers
+
+    monkeypatch.setenv("STAGE_E_MICRO_BATCH_SIZE", "3")
+    image_server.status[serve_over_http(pipeline, image_server)[1][1]] = 403  # the batch's second card
+    first = pipeline.tick("card_created_sensor").run_requests[0]
+    assert pipeline.run(first.partition_key, tags=dict(first.tags)).success
+    with session_scope(pipeline.engine) as session:
+        trip = current_open_trip(session)
+        batch = session.get(MicroBatch, first.partition_key)
+        assert batch.status == "stopped"
+        assert (batch.cards_done, len(batch.card_ids)) == (1, 3)
+        assert batch.stopped_by_trip == trip.trip_id
+    for asset in ("stage_c_evidence", "stage_d_verdicts"):
+        [record] = pipeline.instance.fetch_materializations(AssetRecordsFilter(asset_key=AssetKey(asset)),
+                                                            limit=1).records
+        meta = record.asset_materialization.metadata
+        assert (meta["cards_done"].value, meta["card_count"].value, meta["stopped_early"].value) == (1, 3, 1)
+        assert meta["stopped_by_trip"].value == trip.trip_id
+    [entry] = [e for e in ledger_entries(pipeline.instance) if e.batch_key == first.partition_key]
+    assert entry.status == "stopped"
+    listed = CliRunner().invoke(app, ["batches", "list", "--json"])
+    [shown] = [b for b in json.loads(listed.output) if b["batch_key"] == first.partition_key]
+    assert (shown["status"], shown["cards_done"], shown["card_count"]) == ("stopped", 1, 3)

@@ -3,12 +3,17 @@
 from __future__ import annotations
 
 import json
-from datetime import date
+from datetime import date, timedelta
 from pathlib import Path
 
 import pytest
+import sqlalchemy as sa
 from typer.testing import CliRunner
 
+from stage_e_dagster.catalog.base import utcnow
+from stage_e_dagster.catalog.engine import session_scope
+from stage_e_dagster.catalog.models import Card, CardClaim, ImageEvidence
+from stage_e_dagster.cli.context import catalog_engine
 from stage_e_dagster.cli.main import app
 from stage_e_dagster.corpus.catalogue import PrintingSpec
 from stage_e_dagster.corpus.photo import CONDITIONS
@@ -141,3 +146,35 @@ def test_evaluate_a_folder_of_photos_with_a_labels_csv(tmp_path: Path) -> None:
     (folder / "labels.csv").write_text("file,set\n", encoding="utf-8")
     refused = runner.invoke(app, ["evaluate", str(folder)])
     assert "missing column(s) collector_number, lang, name" in str(refused.exception)
+@pytest.mark.parametrize("workers", ["1", "2"])
+def test_bulk_beside_streaming_skips_cards_a_live_batch_holds(env: Path, workers: str) -> None:
+    seeded = runner.invoke(app, ["seed", "--cards", "3", "--out", str(env / "corpus"), "--seed", "1", "--json"])
+    assert seeded.exit_code == 0, seeded.output
+    engine = catalog_engine()
+    with session_scope(engine) as session:
+        held = session.execute(sa.select(Card.id).order_by(Card.id).limit(1)).scalar_one()
+        session.add(CardClaim(card_id=held, batch_key="mb-live", expires_at=utcnow() + timedelta(minutes=10)))
+    result = runner.invoke(app, ["bulk", "--stage", "c", "--workers", workers, "--json"])
+    assert result.exit_code == 0, result.output
+    report = json.loads(result.output)
+    assert report["attempted"] == 2
+    assert report["claimed_elsewhere"] == 1
+    with session_scope(engine) as session:
+        card = session.get(Card, held)
+        assert card.stage_c_pending and card.content_hash is None
+        assert session.execute(sa.select(sa.func.count()).select_from(ImageEvidence)
+                               .where(ImageEvidence.card_id == held)).scalar_one() == 0
+
+
+def test_bulk_tries_cards_waiting_on_configuration_again_once_the_settings_change(
+        env: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    seeded = runner.invoke(app, ["seed", "--cards", "2", "--out", str(env / "corpus"), "--seed", "1", "--json"])
+    assert seeded.exit_code == 0, seeded.output
+    monkeypatch.setenv("STAGE_E_IMAGE_ROOTS", str(env / "elsewhere"))
+    refused = json.loads(runner.invoke(app, ["bulk", "--stage", "c", "--json"]).output)
+    assert (refused["attempted"], refused["config_refused"], refused["completed"]) == (2, 2, 0)
+    again = json.loads(runner.invoke(app, ["bulk", "--stage", "c", "--json"]).output)
+    assert again["attempted"] == 0  # the same settings: not tried again
+    monkeypatch.setenv("STAGE_E_IMAGE_ROOTS", str(env / "corpus"))
+    fixed = json.loads(runner.invoke(app, ["bulk", "--stage", "c", "--json"]).output)
+    assert (fixed["attempted"], fixed["completed"], fixed["config_refused"]) == (2, 2, 0)

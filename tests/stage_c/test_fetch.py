@@ -102,10 +102,9 @@ def test_redirects_are_rechecked(image_host: str, card_jpeg: bytes) -> None:
         assert fetcher.fetch(f"{image_host}/hop.jpg").data == card_jpeg
         escape = fetcher.fetch(f"{image_host}/escape.jpg")
         loop = fetcher.fetch(f"{image_host}/loop.jpg")
-    # The allow-list refuses the redirect target: fixing the setting (a CDN every card is sent to) lets it through.
-    assert (escape.outcome, escape.error_class, escape.host) == (
-        "config-refused", "redirect-not-allowed", "images.invalid")
-    assert escape.setting == "STAGE_E_FETCH_ALLOWED_HOSTS" and "images.invalid" in (escape.detail or "")
+    # The upload's URL sent us off the allow-list: the upload's doing, not a setting to widen.
+    assert (escape.outcome, escape.error_class, escape.host) == ("rejected", "redirect-not-allowed", "images.invalid")
+    assert escape.setting is None
     assert (loop.outcome, loop.error_class) == ("failed", "too-many-redirects")
 
 

@@ -27,6 +27,10 @@ class Recording:
         self.after = after
         self._lock = threading.Lock()
 
+    @property
+    def settings_fingerprint(self) -> str:
+        return self.inner.settings_fingerprint
+
     def fetch(self, locator: str) -> FetchResult:
         with self._lock:
             self.calls.append((locator, threading.current_thread().name))
@@ -191,6 +195,8 @@ def test_a_fetch_ahead_exception_is_raised_for_its_own_card(engine: sa.Engine, r
     ids = add_cards(engine, [(root / "good0.jpg").as_uri(), (root / "good1.jpg").as_uri()], tag="x")
 
     class Lockout:
+        settings_fingerprint = "any"
+
         def __init__(self) -> None:
             self.calls = 0
 

@@ -14,12 +14,16 @@ import sqlalchemy as sa
 from PIL import Image
 from sqlalchemy.orm import Session
 
+from stage_e_dagster.catalog.backlog import STAGE_C_PENDING, requeue_config_refused, waiting_on_configuration
 from stage_e_dagster.catalog.base import utcnow
 from stage_e_dagster.catalog.engine import session_scope
 from stage_e_dagster.catalog.models import Card, FetchOutcome, ImageEvidence
+from stage_e_dagster.defs.governor import has_unclaimed
 from stage_e_dagster.stage_c.backlog import mark_image_changed
 from stage_e_dagster.stage_c.compute import locator_key, sha256_hex
+from stage_e_dagster.stage_c.fetch import REFUSING_SETTINGS
 from stage_e_dagster.stage_c.manifest import MANIFEST_VERSIONS
+from stage_e_dagster.stage_c.persist import THROTTLE_BASE_S, THROTTLE_CAP_S
 from stage_e_dagster.stage_c.rollout import rollout_step
 from stage_e_dagster.stage_c.run import run_stage_c
 
@@ -197,7 +201,13 @@ def make_eligible_now(engine: sa.Engine, card_id: int) -> None:
         conn.execute(sa.update(Card).where(Card.id == card_id).values(next_eligible_at=utcnow() - timedelta(seconds=1)))
 
 
-def test_a_host_refused_by_the_settings_leaves_no_record_and_is_fetched_once_the_setting_allows_it(
+def requeue_for(engine: sa.Engine, fetcher) -> int:
+    """What the dispatch sensor (and ``stage-e bulk``) does with the settings it runs under."""
+    with session_scope(engine) as session:
+        return requeue_config_refused(session, fetcher.settings_fingerprint)
+
+
+def test_a_host_refused_by_the_settings_waits_on_configuration_and_is_fetched_once_the_setting_changes(
         engine: sa.Engine, image_host: str, caplog: pytest.LogCaptureFixture) -> None:
     cid = add_card(engine, f"{image_host}/card.jpg")
     with make_fetcher(engine, [], ["images.example.org"]) as fetcher, caplog.at_level(logging.WARNING):
@@ -206,18 +216,25 @@ def test_a_host_refused_by_the_settings_leaves_no_record_and_is_fetched_once_the
     assert report.deferred_card_ids == [cid]
     assert evidence(engine, cid) == [] and outcomes(engine) == []  # nothing fetched, nothing terminal
     c = card(engine, cid)
-    assert c.stage_c_pending is True and c.next_eligible_at is not None and c.next_eligible_at > utcnow()
+    # Out of the backlog (idleness and sizing do not count it), on no timer, counted on its own.
+    assert c.stage_c_pending is False and c.next_eligible_at is None
+    with Session(engine) as session:
+        assert waiting_on_configuration(session, REFUSING_SETTINGS) == {"STAGE_E_FETCH_ALLOWED_HOSTS": 1}
+    assert not has_unclaimed(engine, STAGE_C_PENDING, now=utcnow() + timedelta(days=1))
     assert "STAGE_E_FETCH_ALLOWED_HOSTS" in caplog.text and image_host.split("//", 1)[1] in caplog.text
 
-    with make_fetcher(engine, [], [image_host.split("//", 1)[1]]) as fixed:
-        # Not before its backoff: no batch, and no BULK pass, takes it in a loop.
-        early = run_stage_c(engine, None, writer="w", run_id=None, fetcher=fixed, lexicon=frozenset())
-        assert (early.attempted, early.not_yet_eligible) == (0, 1) and outcomes(engine) == []
-        make_eligible_now(engine, cid)
+    with make_fetcher(engine, [], ["images.example.org"]) as same:  # the same settings: tried never again
+        assert requeue_for(engine, same) == 0
+        again = run_stage_c(engine, None, writer="w", run_id=None, fetcher=same, lexicon=frozenset())
+        assert again.attempted == 0 and outcomes(engine) == []
+    with make_fetcher(engine, [], ["images.example.org", image_host.split("//", 1)[1]]) as fixed:
+        assert requeue_for(engine, fixed) == 1 and requeue_for(engine, fixed) == 0
         later = run_stage_c(engine, None, writer="w", run_id=None, fetcher=fixed, lexicon=frozenset())
     assert (later.attempted, later.completed, later.terminal) == (1, 1, 0)
     c = card(engine, cid)
     assert c.stage_c_pending is False and (c.throttle_count, c.next_eligible_at) == (0, None)
+    with Session(engine) as session:
+        assert waiting_on_configuration(session, REFUSING_SETTINGS) == {}
     [row] = evidence(engine, cid)
     assert row.fetch_ok is True and not row.terminal and outcomes(engine) == [("ok", cid)]
 
@@ -230,26 +247,67 @@ def test_a_file_outside_the_image_roots_waits_for_the_setting(engine: sa.Engine,
     with make_fetcher(engine, [elsewhere]) as fetcher, caplog.at_level(logging.WARNING):
         report = run_stage_c(engine, None, writer="w", run_id=None, fetcher=fetcher, lexicon=frozenset())
     assert (report.attempted, report.config_refused, report.terminal) == (1, 1, 0)
-    assert evidence(engine, cid) == [] and outcomes(engine) == [] and card(engine, cid).stage_c_pending is True
+    assert evidence(engine, cid) == [] and outcomes(engine) == [] and card(engine, cid).stage_c_pending is False
+    with Session(engine) as session:
+        assert waiting_on_configuration(session, REFUSING_SETTINGS) == {"STAGE_E_IMAGE_ROOTS": 1}
     assert "STAGE_E_IMAGE_ROOTS" in caplog.text
-    make_eligible_now(engine, cid)
     with make_fetcher(engine, [elsewhere, root]) as fixed:
+        assert requeue_for(engine, fixed) == 1
         later = run_stage_c(engine, None, writer="w", run_id=None, fetcher=fixed, lexicon=frozenset())
     assert (later.completed, later.terminal) == (1, 0) and card(engine, cid).stage_c_pending is False
 
 
-def test_throttles_back_off_exponentially_and_a_success_resets_them(engine: sa.Engine, image_host: str) -> None:
+def test_a_redirect_off_the_allow_list_is_the_uploads_terminal_outcome_fetched_once(
+        engine: sa.Engine, image_host: str) -> None:
+    cid = add_card(engine, f"{image_host}/escape.jpg")
+    with make_fetcher(engine, [], [image_host.split("//", 1)[1]]) as fetcher:
+        first = run_stage_c(engine, None, writer="w", run_id=None, fetcher=fetcher, lexicon=frozenset())
+        second = run_stage_c(engine, None, writer="w", run_id=None, fetcher=fetcher, lexicon=frozenset())
+    assert (first.attempted, first.terminal, first.rejected, first.config_refused) == (1, 1, 1, 0)
+    assert second.attempted == 0
+    [row] = evidence(engine, cid)
+    assert row.terminal and row.fetch_error_class == "redirect-not-allowed"
+    assert outcomes(engine) == [("rejected", cid)] and card(engine, cid).stage_c_pending is False
+
+
+@pytest.mark.parametrize("how", ["dot-dot", "symlink"])
+def test_a_path_escaping_its_image_root_is_the_uploads_terminal_outcome_fetched_once(
+        engine: sa.Engine, root: Path, tmp_path: Path, how: str) -> None:
+    secret = tmp_path / "secret.jpg"
+    secret.write_bytes((root / "good.jpg").read_bytes())
+    if how == "symlink":
+        (root / "link.jpg").symlink_to(secret)
+        locator = (root / "link.jpg").as_uri()
+    else:
+        locator = "file://" + str(root) + "/../secret.jpg"
+    cid = add_card(engine, locator)
+    with make_fetcher(engine, [root]) as fetcher:
+        first = run_stage_c(engine, None, writer="w", run_id=None, fetcher=fetcher, lexicon=frozenset())
+        second = run_stage_c(engine, None, writer="w", run_id=None, fetcher=fetcher, lexicon=frozenset())
+    assert (first.attempted, first.terminal, first.config_refused) == (1, 1, 0) and second.attempted == 0
+    [row] = evidence(engine, cid)
+    assert row.terminal and row.fetch_error_class == "escapes-image-roots"
+
+
+def throttle_wait(engine: sa.Engine, fetcher, card_id: int) -> float:
+    """One pass over the card (throttled): the seconds until it is eligible again; then as if they had passed."""
+    before = utcnow()
+    run_stage_c(engine, [card_id], writer="w", run_id=None, fetcher=fetcher, lexicon=frozenset())
+    wait = (card(engine, card_id).next_eligible_at - before).total_seconds()
+    make_eligible_now(engine, card_id)
+    return wait
+
+
+def test_throttles_in_a_row_back_off_exponentially_jittered_and_a_success_resets_them(
+        engine: sa.Engine, image_host: str) -> None:
     host = image_host.split("//", 1)[1]
     cid = add_card(engine, f"{image_host}/unavailable.jpg")
-    waits = []
     with make_fetcher(engine, [], [host]) as fetcher:
-        for _ in range(3):
-            before = utcnow()
-            run_stage_c(engine, [cid], writer="w", run_id=None, fetcher=fetcher, lexicon=frozenset())
-            waits.append((card(engine, cid).next_eligible_at - before).total_seconds())
-            make_eligible_now(engine, cid)
+        waits = [throttle_wait(engine, fetcher, cid) for _ in range(3)]
         assert card(engine, cid).throttle_count == 3
-        assert [round(w) for w in waits] == [30, 60, 120]
+        # The host answered nobody in between: each delay doubles, jittered within its upper half.
+        for wait, full in zip(waits, (THROTTLE_BASE_S, 2 * THROTTLE_BASE_S, 4 * THROTTLE_BASE_S)):
+            assert full / 2 - 0.5 <= wait <= full + 0.5
         with engine.begin() as conn:  # the host is fine again (same card, a working locator)
             conn.execute(sa.update(Card).where(Card.id == cid).values(image_locator=f"{image_host}/card.jpg"))
         report = run_stage_c(engine, [cid], writer="w", run_id=None, fetcher=fetcher, lexicon=frozenset())
@@ -258,7 +316,34 @@ def test_throttles_back_off_exponentially_and_a_success_resets_them(engine: sa.E
     assert (c.throttle_count, c.next_eligible_at, c.stage_c_pending) == (0, None, False)
 
 
-@pytest.mark.parametrize(("path", "at_least_s"), [("/busy.jpg", 30), ("/busy-long.jpg", 120), ("/busy-date.jpg", 280)])
+def test_a_cards_throttle_delay_starts_over_while_the_host_answers_others(engine: sa.Engine, image_host: str) -> None:
+    """A throttle says the host is busy, not that the card is bad: under a host that throttles some
+    requests and serves others, no card's wait grows with its own streak."""
+    host = image_host.split("//", 1)[1]
+    unlucky = add_card(engine, f"{image_host}/unavailable.jpg", name="Unlucky")
+    others = [add_card(engine, f"{image_host}/card.jpg?{i}", name=f"Other {i}") for i in range(6)]
+    waits = []
+    with make_fetcher(engine, [], [host]) as fetcher:
+        for other in others:
+            waits.append(throttle_wait(engine, fetcher, unlucky))
+            assert run_stage_c(engine, [other], writer="w", run_id=None, fetcher=fetcher,
+                               lexicon=frozenset()).completed == 1
+    assert card(engine, unlucky).throttle_count == 1
+    assert max(waits) <= THROTTLE_BASE_S + 0.5, waits
+
+
+def test_a_cards_throttle_delay_is_bounded_and_jittered(engine: sa.Engine, image_host: str) -> None:
+    host = image_host.split("//", 1)[1]
+    cids = [add_card(engine, f"{image_host}/unavailable.jpg?{i}", name=f"Card {i}") for i in range(9)]
+    with make_fetcher(engine, [], [host]) as fetcher:
+        firsts = [throttle_wait(engine, fetcher, cid) for cid in cids[1:]]
+        streak = [throttle_wait(engine, fetcher, cids[0]) for _ in range(10)]
+    assert max(streak) <= THROTTLE_CAP_S + 0.5, streak
+    assert streak[-1] >= THROTTLE_CAP_S / 2 - 0.5
+    assert max(firsts) - min(firsts) > 0.1, firsts  # cards throttled together do not come back in lockstep
+
+
+@pytest.mark.parametrize(("path", "at_least_s"), [("/busy.jpg", 3), ("/busy-long.jpg", 120), ("/busy-date.jpg", 280)])
 def test_a_longer_retry_after_is_honoured(engine: sa.Engine, image_host: str, path: str, at_least_s: int) -> None:
     cid = add_card(engine, image_host + path)
     before = utcnow()

@@ -37,6 +37,12 @@ class Card(Base):
             sqlite_where=sa.text("stage_d_pending = 1"),
             postgresql_where=sa.text("stage_d_pending"),
         ),
+        sa.Index(
+            "ix_cards_config_refused",
+            "config_refused_under",
+            sqlite_where=sa.text("config_refused_under IS NOT NULL"),
+            postgresql_where=sa.text("config_refused_under IS NOT NULL"),
+        ),
     )
 
     id: Mapped[intpk]
@@ -80,6 +86,14 @@ class Card(Base):
     )
     throttle_count: Mapped[int] = mapped_column(
         sa.Integer, default=0, server_default="0", comment="429/503 answers in a row for the present image"
+    )
+    config_refused_under: Mapped[str | None] = mapped_column(
+        sa.String(16),
+        comment="refused by the settings: the allow-list fingerprint it was refused under; out of the backlog "
+        "until the settings differ",
+    )
+    config_refused_setting: Mapped[str | None] = mapped_column(
+        sa.String(40), comment="the variable whose change would allow the card's locator"
     )
     created_at: Mapped[created_at]
     updated_at: Mapped[datetime | None] = mapped_column(onupdate=utcnow)

@@ -11,7 +11,8 @@ from sqlalchemy.orm import Mapped, mapped_column
 
 from ..base import Base, created_at
 
-BATCH_STATUSES = ("pending", "running", "succeeded", "failed", "abandoned")
+# ``stopped``: the run finished, but a trip stopped its Stage C before every card (see ``cards_done``).
+BATCH_STATUSES = ("pending", "running", "succeeded", "stopped", "failed", "abandoned")
 
 
 class MicroBatch(Base):
@@ -47,6 +48,12 @@ class MicroBatch(Base):
     backfill_id: Mapped[str | None] = mapped_column(sa.String(32), comment="the sweep backfill that owns attempt 1")
     progress_at: Mapped[datetime | None] = mapped_column(
         comment="the holding run's last card boundary: its worker is alive"
+    )
+    cards_done: Mapped[int | None] = mapped_column(
+        sa.Integer, comment="cards Stage C finished (evidence written or already current); NULL before Stage C ends"
+    )
+    stopped_by_trip: Mapped[str | None] = mapped_column(
+        sa.String(48), comment="the trip that stopped Stage C before every card; NULL when it went through"
     )
     finished_at: Mapped[datetime | None]
 

@@ -75,3 +75,6 @@ class FetchPacer(Base):
     name: Mapped[str] = mapped_column(sa.String(64), primary_key=True)
     next_slot_at: Mapped[float] = mapped_column(sa.Float, comment="epoch seconds")
     interval_scale: Mapped[float] = mapped_column(sa.Float, default=1.0, comment="backoff multiplier after 429/503")
+    last_ok_at: Mapped[float | None] = mapped_column(
+        sa.Float, comment="epoch seconds of the destination's last clean answer (to within a second)"
+    )

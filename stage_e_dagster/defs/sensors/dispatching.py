@@ -2,8 +2,9 @@
 
 Echo is prevented by claims, not by who wrote last: a card held by a live batch is not eligible,
 and every unclaimed card in the tick's backlog is, whoever wrote it. Only ``card_created_sensor``
-reconciles the batches in flight (renewals, settling missed run ends, requests again) and rolls a
-new extractor manifest out, so one place requests a batch again.
+reconciles the batches in flight (renewals, settling missed run ends, requests again), rolls a
+new extractor manifest out and puts back the cards refused under other settings, so one place
+requests a batch again.
 """
 
 from __future__ import annotations
@@ -13,13 +14,14 @@ from dataclasses import replace
 import sqlalchemy as sa
 from dagster import DagsterRunStatus, RunRequest, SensorEvaluationContext, SensorResult, SkipReason
 
+from ...catalog.backlog import requeue_config_refused
 from ...catalog.base import utcnow
 from ...catalog.engine import session_scope
 from ...catalog.models import MicroBatch
 from ...dispatch.batches import create_batches
 from ...dispatch.guard import FLAG_OFF, check_gate
 from ...dispatch.sizing import MAX_BATCHES_PER_TICK, plan_for_tick
-from ...settings import Settings
+from ...settings import Settings, settings_fingerprint
 from ...stage_c.rollout import rollout_step
 from ..governor import (
     governor_observation,
@@ -83,8 +85,11 @@ def dispatch_tick(
     if owns_reconcile:
         with session_scope(engine) as session:
             step = rollout_step(session, now=now)
+            allowed = requeue_config_refused(session, settings_fingerprint(settings))
         if step.requeued:
             notes.append(f"extractor manifest rollout: {step.requeued} card(s) back in the Stage C backlog")
+        if allowed:
+            notes.append(f"settings changed: {allowed} card(s) waiting on configuration back in the Stage C backlog")
         done = reconcile(instance, engine, settings, now=now)
     requeue = done.requests[:MAX_BATCHES_PER_TICK]
     active = active_dispatch_runs(instance)

@@ -3,14 +3,14 @@ printed_size, so a reading can be checked against the sets that print that total
 bar's name read by Stage C, for Stage D to compare with the upload's name
 
 Revision ID: 0013
-Revises: 0011
+Revises: 0012
 """
 
 import sqlalchemy as sa
 from alembic import op
 
 revision = "0013"
-down_revision = "0011"
+down_revision = "0012"
 branch_labels = None
 depends_on = None
 
