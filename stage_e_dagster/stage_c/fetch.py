@@ -9,8 +9,6 @@ is a :class:`FetchResult` with a named outcome, which says whose problem it is: 
 
 from __future__ import annotations
 
-import hashlib
-import json
 import os
 import time
 from dataclasses import dataclass
@@ -23,8 +21,6 @@ from urllib.parse import unquote, urljoin, urlsplit
 import httpx
 import sqlalchemy as sa
 
-from . import pacer
-
 from ..settings import (  # noqa: F401  (re-exported: the fetcher's refusals name these settings)
     ALLOWED_HOSTS_SETTING,
     IMAGE_ROOTS_SETTING,
@@ -32,6 +28,7 @@ from ..settings import (  # noqa: F401  (re-exported: the fetcher's refusals nam
     allow_list_fingerprint,
     settings_fingerprint,
 )
+from . import pacer
 
 if TYPE_CHECKING:
     from ..settings import Settings
