@@ -72,9 +72,9 @@ class Settings:
     max_concurrent_dispatches: int = field(default_factory=default_dispatch_cap)
     # CPU contention, where the kernel has PSI: ``some avg10``, the percent of the last 10 s in which a
     # runnable task waited for a CPU. Our own workers, one per CPU, leave it near 0; each busy task
-    # beyond the CPUs adds about 100/CPUs. The bars 25/75 come from that reasoning (on 2 CPUs: our 2
-    # runs beside a 2-process neighbour ~100, halve; our 1 beside it ~50 plus noise, hold): the shared
-    # machine they were written on read 50-95 % from other jobs alone (docs/operations.md).
+    # beyond the CPUs adds about 100/CPUs. The bars 25/75 follow (on 2 CPUs: our 2 runs beside a
+    # 2-process neighbour ~100, halve; our 1 beside it ~50 plus noise, hold), and a quiet 2-core
+    # machine read 12-17 % with our two runs and 85-94 % with that neighbour (docs/operations.md).
     cpu_pressure_file: Path | None = field(default_factory=default_cpu_pressure_file)
     cpu_pressure_ceiling: float = 75.0
     cpu_pressure_soft: float | None = None  # None: 1/3 of the hard bar (25)
