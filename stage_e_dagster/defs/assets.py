@@ -71,7 +71,7 @@ def stage_c_evidence(
     try:
         batch = start_batch(engine, settings, context.partition_key, run_id=context.run.run_id)
     except DispatchRefused as refused:
-        sweep_stopped = refused.kind == REFUSED_GATE and refused.trip_id and BACKFILL_TAG in context.run.tags
+        sweep_stopped = refused.kind == REFUSED_GATE and bool(refused.trip_id) and BACKFILL_TAG in context.run.tags
         tags = {REFUSED_TAG: refused.kind, REFUSED_REASON_TAG: refused.reason[:500]}
         if sweep_stopped:
             tags[REFUSED_TRIP_TAG] = str(refused.trip_id)
