@@ -72,7 +72,9 @@ def ledger_entries(
         meta = _metadata(obs)
         run_id = str(meta.get("run_id", record.run_id))
         entry = entries.setdefault(run_id, LedgerEntry(obs.partition or "", run_id, record.timestamp, "failed"))
-        entry.status = "failed"
+        # A sweep's run a trip refused wrote a 0-card ``stopped`` row, and its refusal entry says why.
+        if entry.status != "stopped":
+            entry.status = "failed"
         entry.fields.update(meta)
     return sorted(entries.values(), key=lambda e: e.at)
 

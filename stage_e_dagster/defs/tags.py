@@ -14,6 +14,8 @@ BACKFILL_TAG = "dagster/backfill"  # Dagster's, on every run a backfill launched
 # the batch is its to put back.
 REFUSED_TAG = "stage_e/refused"
 REFUSED_REASON_TAG = "stage_e/refused_reason"
+# A sweep's run a trip refused: the trip, so Stage D writes the same 0-card row as Stage C.
+REFUSED_TRIP_TAG = "stage_e/refused_trip"
 
 
 def dispatch_tags(settings: Settings, *, trigger_reason: str, attempt: int | None = None) -> dict[str, str]:

@@ -106,6 +106,17 @@ def stage_d_row(
     return row
 
 
+def refused_row(batch: BatchInfo, *, stage: str, trip_id: str, elapsed_s: float) -> dict[str, Any]:
+    """A stage's row for a backfill run a trip refused at the gate: the stage's fixed keys, all zero, and
+    ``stopped_by_trip`` with 0 cards done (the batch's cards go back to the backlog at no cost)."""
+    row = _common(batch, peak_rss_mb=None, elapsed_s=elapsed_s, lockout_trip_id=None)
+    row.update(stopped_fields(cards_done=0, stopped_by_trip=trip_id))
+    row.update(dict.fromkeys(STAGE_C_FIELDS if stage == "c" else STAGE_D_FIELDS, 0))
+    if stage == "d":
+        row["envelope_trip_id"] = ""
+    return row
+
+
 def failure_row(
     *,
     batch_key: str,

@@ -31,7 +31,6 @@ from stage_e_dagster.corpus.seed import seed_corpus
 from stage_e_dagster.definitions import defs
 from stage_e_dagster.defs.partitions import micro_batches
 from stage_e_dagster.defs.resources import StageEResource
-from stage_e_dagster.dispatch import conveyor
 
 INSTANCE_OVERRIDES = {"concurrency": {"pools": {"granularity": "run", "default_limit": 2}}}
 
@@ -105,7 +104,8 @@ class Pipeline:
             raise RuntimeError("stage C broke")
 
         with monkeypatch.context() as patched:
-            patched.setattr(conveyor, "run_stage_c", broken_stage_c)
+            # the conveyor imports Stage C when a run first needs it, so the stub goes where it is read
+            patched.setattr("stage_e_dagster.stage_c.run.run_stage_c", broken_stage_c)
             return self.run(partition_key, tags=tags)
 
     def drain(self, sensor_name: str = "card_created_sensor", max_ticks: int = 20) -> list[str]:

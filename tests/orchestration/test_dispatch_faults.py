@@ -63,6 +63,7 @@ class StealingFetcher:
 
     def __init__(self, inner, engine: sa.Engine, key: str) -> None:  # type: ignore[no-untyped-def]
         self.inner, self.engine, self.key, self.fetches = inner, engine, key, 0
+        self.settings_fingerprint = inner.settings_fingerprint  # what Stage C marks a refused card with
 
     def fetch(self, locator: str):  # type: ignore[no-untyped-def]
         self.fetches += 1

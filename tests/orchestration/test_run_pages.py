@@ -13,6 +13,7 @@ from stage_e_dagster.catalog.base import utcnow
 from stage_e_dagster.catalog.engine import session_scope
 from stage_e_dagster.catalog.models import Card, CardClaim, MicroBatch
 from stage_e_dagster.definitions import defs
+from stage_e_dagster.defs.ledger import cards_per_hour, ledger_entries
 from stage_e_dagster.defs.partitions import micro_batches
 from stage_e_dagster.envelope.trips import acknowledge_trip, open_trip
 
@@ -157,3 +158,53 @@ def test_an_abandoned_batch_with_a_run_still_waiting_keeps_its_partition(
     pipeline.tick("retention_sensor")
     kept = pipeline.instance.get_dynamic_partitions(micro_batches.name)
     assert first.partition_key not in kept and second.partition_key not in kept
+
+
+def test_a_backfill_run_a_trip_refuses_materializes_its_partition_as_stopped_with_nothing_done(
+    pipeline: Pipeline,
+) -> None:
+    """A sweep's run dequeued between a trip opening and the hold refuses at the gate. Dagster's asset
+    backfill counts a partition as done only when a run tagged with the backfill materializes it; one no
+    run of the backfill materialized ends it COMPLETED_FAILED though every run succeeded. So the refusing
+    run materializes both assets with a ledger row that says the trip stopped it at 0 cards, and the
+    batch's cards go back to the backlog as for any refusal."""
+    [request, *_] = requests_of(pipeline.tick("card_created_sensor"))
+    held = batch(pipeline, request.partition_key)
+    with session_scope(pipeline.engine) as session:
+        trip_id = open_trip(session, "manual", {"note": "maintenance"}).trip_id
+    result = pipeline.run(request.partition_key, tags={**dict(request.tags), "dagster/backfill": "sweep1"})
+    assert result.success
+    run = pipeline.instance.get_run_by_id(result.run_id)
+    assert run.tags["stage_e/refused"] == "gate"
+
+    # What Dagster's backfill counts as materialized: each target asset's partition, by a run of the backfill.
+    for key in (STAGE_C, AssetKey("stage_d_verdicts")):
+        records = pipeline.instance.fetch_materializations(key, limit=10).records
+        done = [(r.run_id, r.asset_materialization.partition) for r in records]
+        assert done == [(result.run_id, request.partition_key)], f"no run of the backfill materialized {key}"
+        [record] = records
+        row = {k: v.value for k, v in record.asset_materialization.metadata.items()}
+        assert (row["cards_done"], row["stopped_early"], row["stopped_by_trip"]) == (0, 1, trip_id)
+        assert row["card_count"] == len(held.card_ids)
+    assert not any("Traceback" in (line or "") for line in run_messages(pipeline, result.run_id))
+
+    pipeline.tick("envelope_trip_sensor")  # settles the run end: the batch is put back at no cost
+    gone = batch(pipeline, request.partition_key)
+    assert gone.status == "abandoned" and gone.failure_reason.startswith("refused: ")
+    assert gone.attempt == held.attempt
+    with session_scope(pipeline.engine) as session:
+        claims = session.execute(sa.select(sa.func.count()).select_from(CardClaim)
+                                 .where(CardClaim.batch_key == request.partition_key)).scalar_one()
+        evidenced = session.execute(sa.select(sa.func.count()).select_from(Card)
+                                    .where(Card.id.in_(held.card_ids), sa.not_(Card.stage_c_pending))).scalar_one()
+    assert (claims, evidenced) == (0, 0)  # no card touched, none lost
+    [entry] = [e for e in ledger_entries(pipeline.instance) if e.run_id == result.run_id]
+    assert (entry.status, entry.fields["cards_done"], entry.fields["stopped_by_trip"]) == ("stopped", 0, trip_id)
+    assert cards_per_hour([entry]) in (None, 0.0)
+
+    with session_scope(pipeline.engine) as session:
+        acknowledge_trip(session, trip_id, note="maintenance over", by="ops")
+    pipeline.drain()
+    with session_scope(pipeline.engine) as session:
+        waiting = session.execute(sa.select(sa.func.count()).select_from(Card).where(Card.stage_c_pending))
+        assert waiting.scalar_one() == 0
