@@ -192,7 +192,7 @@ def take_screenshots(demo: Demo, out: Path) -> None:
             context = browser.new_context(viewport=VIEWPORT)
             page = context.new_page()
             dismiss_welcome(page)
-            metadata_plots(page, f"{demo.base_url}/assets/stage_e_envelope", "governed_concurrency")
+            metadata_plots(page, f"{demo.base_url}/assets/stage_e_envelope", "cpu_pressure")
             shoot(page, out, "envelope-plots.png")
 
             metadata_plots(page, f"{demo.base_url}/assets/stage_c_evidence", "elapsed_s")
