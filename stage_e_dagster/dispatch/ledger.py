@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Any
 from .. import __version__
 from ..stage_c.manifest import MANIFEST_VERSIONS
 from .conveyor import BatchInfo
+from .conveyor import cards_done as stage_c_cards_done
 
 if TYPE_CHECKING:
     from ..stage_c.run import StageCReport
@@ -69,7 +70,7 @@ def stage_c_row(
     stopped_by_trip: str | None = None,
 ) -> dict[str, Any]:
     row = _common(batch, peak_rss_mb=peak_rss_mb, elapsed_s=elapsed_s, lockout_trip_id=lockout_trip_id)
-    row.update(stopped_fields(cards_done=report.completed + report.skipped_current, stopped_by_trip=stopped_by_trip))
+    row.update(stopped_fields(cards_done=stage_c_cards_done(report), stopped_by_trip=stopped_by_trip))
     row.update(
         stage_c_completed=report.completed,
         stage_c_skipped_current=report.skipped_current,
