@@ -29,6 +29,7 @@ from ..catalog.models import Card, EnvelopeTrip, ImageEvidence, MicroBatch, Prin
 from ..corpus.seed import seed_corpus
 from ..defs.instance import dagster_home, open_instance
 from ..defs.run_ends import runs_in_progress
+from ..envelope.signals import CpuPressure
 from ..evaluation.labels import load_labels
 from ..evaluation.stage_c import evaluate_stage_c
 from ..evaluation.stage_d import evaluate_stage_d
@@ -212,8 +213,11 @@ def demo(
     env = child_environment(cfg, corpus_dir)
     workspace = str(workspace_file(cfg))
     dg_project_folder(cfg)
-    load_bar = env.get("STAGE_E_HOST_LOAD_CEILING", cfg.host_load_ceiling)
-    typer.echo(f"streaming on for the demo's processes; host load bar {load_bar}")
+    if CpuPressure(cfg.cpu_pressure_file).read() is not None:
+        bars = f"CPU pressure bars {cfg.cpu_pressure_soft_bar:g}/{cfg.cpu_pressure_ceiling:g} %"
+    else:
+        bars = f"host load bar {env.get('STAGE_E_HOST_LOAD_CEILING', cfg.host_load_ceiling)}"
+    typer.echo(f"streaming on for the demo's processes; {bars}")
     _stop_on_sigterm()
     if not headless:
         # ``dg dev`` with a workspace file: the same webserver, daemon and code server as ``dagster dev``,
