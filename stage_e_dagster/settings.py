@@ -58,6 +58,11 @@ def default_cpu_pressure_file() -> Path | None:
     return host if host.is_file() else None
 
 
+# An idle tick's watch must end before the sensor daemon's next pass (every 5 s; the sensors'
+# minimum interval is 4 s), or that pass skips the sensor and the next card waits 10 s instead of 5.
+MAX_ARRIVAL_WAIT_S = 4.0
+
+
 class SettingsError(ValueError):
     """A ``STAGE_E_*`` variable holds a value the project cannot use."""
 
@@ -68,7 +73,10 @@ class Settings:
     state_dir: Path = field(default_factory=lambda: Path(".state").resolve())
     database_url: str = ""
     micro_batch_size: int | None = None  # None: batches sized by work (batch_target_s); set: a fixed count
-    batch_target_s: float = 30.0
+    batch_target_s: float = 60.0
+    # How long an idle card_created tick keeps watching for new cards before it returns (at most one
+    # daemon pass, 4 s): a card landing meanwhile is batched within a quarter second, not at the next pass.
+    arrival_wait_s: float = 3.5
     max_concurrent_dispatches: int = field(default_factory=default_dispatch_cap)
     # CPU contention, where the kernel has PSI: ``some avg10``, the percent of the last 10 s in which a
     # runnable task waited for a CPU. Our own workers, one per CPU, leave it near 0; each busy task
@@ -171,6 +179,7 @@ def load_settings(environ: Mapping[str, str] | None = None) -> Settings:
         database_url=get("STAGE_E_DATABASE_URL") or default_database_url(state_dir),
         micro_batch_size=number("STAGE_E_MICRO_BATCH_SIZE", int, None, 1),  # type: ignore[arg-type]
         batch_target_s=number("STAGE_E_BATCH_TARGET_S", float, defaults.batch_target_s, 1),
+        arrival_wait_s=number("STAGE_E_ARRIVAL_WAIT_S", float, defaults.arrival_wait_s, 0, MAX_ARRIVAL_WAIT_S),
         max_concurrent_dispatches=number(
             "STAGE_E_MAX_CONCURRENT_DISPATCHES", int, defaults.max_concurrent_dispatches, 1
         ),

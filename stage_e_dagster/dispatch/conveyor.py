@@ -34,8 +34,8 @@ if TYPE_CHECKING:  # the stages (OpenCV, Tesseract, HTTP) load when a run first 
 REFUSED_GATE = "gate"
 REFUSED_TAKEN = "taken"
 
-# Progress lines per stage and batch: a batch is sized to take about ``batch_target_s`` (30 s), so
-# a line every quarter of it says every few seconds that the run is moving, whatever the batch size.
+# Progress lines per stage and batch: a batch is sized to take about ``batch_target_s`` (60 s), so
+# a line every quarter of it says every 15 s or so that the run is moving, whatever the batch size.
 PROGRESS_LINES = 4
 
 log = logging.getLogger(__name__)

@@ -79,9 +79,9 @@ def test_fast_batches_make_bigger_batches_up_to_the_ceiling(engine: sa.Engine) -
 def test_slow_batches_make_smaller_batches(engine: sa.Engine) -> None:
     insert_cards(engine, 60)
     add_history(engine, seconds=40.0, cards=10)  # 4 s per card
-    plan = tick(engine, settings())  # 30 s target
-    assert (plan.basis, plan.batch_size) == (BACKLOG, 8)
-    assert [len(cards) for cards in batch_cards(engine, plan)] == [8, 8]
+    plan = tick(engine, settings())  # the default 60 s target
+    assert (plan.basis, plan.batch_size) == (BACKLOG, 15)
+    assert [len(cards) for cards in batch_cards(engine, plan)] == [15, 15]
 
 
 def test_the_measure_is_weighted_by_cards_so_a_trickle_does_not_shrink_the_next_backlog(engine: sa.Engine) -> None:
@@ -191,7 +191,7 @@ def test_the_sweep_takes_work_sized_batches(engine: sa.Engine) -> None:
     add_history(engine, seconds=3.0, cards=10)  # 0.3 s per card
     with session_scope(engine) as session:
         plan = plan_for_sweep(settings(), max_batches=4, session=session)
-    assert (plan.basis, plan.batch_size, plan.max_batches) == (BACKLOG, 100, 4)
+    assert (plan.basis, plan.batch_size, plan.max_batches) == (BACKLOG, 200, 4)  # the default 60 s at 0.3 s per card
 
 
 def test_a_tick_reads_two_bounded_statements(engine: sa.Engine) -> None:

@@ -267,3 +267,20 @@ def test_the_chart_serves_the_same_code_location_the_image_does(values: dict[str
     assert args[args.index("--module-name") + 1] == "stage_e_dagster.definitions"
     assert str(deployment["port"]) in (DEPLOY / "Dockerfile").read_text()
     assert deployment["securityContext"]["runAsNonRoot"] is True
+
+
+def test_sensors_tick_in_threads_in_every_instance_file_and_the_chart(values: dict[str, Any], tmp_path: Path) -> None:
+    """An idle ``card_created_sensor`` tick watches for new cards for seconds: in threads it holds back no
+    other sensor, and a tick's run requests are submitted side by side (one pass of the run queue)."""
+    chart = values["dagsterDaemon"]["sensors"]
+    rendered = {
+        "use_threads": chart["useThreads"],
+        "num_workers": chart["numWorkers"],
+        "num_submit_workers": chart["numSubmitWorkers"],
+    }
+    assert rendered["use_threads"] is True and rendered["num_workers"] >= 3  # the dispatch and envelope sensors
+    for path in INSTANCE_YAMLS:
+        assert load(path)["sensors"] == rendered, path
+    (tmp_path / "dagster.yaml").write_text(yaml.safe_dump({"sensors": rendered}))
+    with DagsterInstance.from_config(str(tmp_path)) as instance:
+        assert instance.get_sensor_settings() == rendered

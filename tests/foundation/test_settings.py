@@ -9,7 +9,8 @@ def test_defaults_ship_streaming_off_with_the_documented_values(tmp_path: Path) 
     s = load_settings({"STAGE_E_STATE_DIR": str(tmp_path)})
     assert s.streaming_enabled is False
     assert s.micro_batch_size is None  # batches sized by work
-    assert s.batch_target_s == 30.0
+    assert s.batch_target_s == 60.0
+    assert s.arrival_wait_s == 3.5  # an idle card_created tick watches for new cards this long
     assert s.max_concurrent_dispatches == max(1, int(usable_cpus()))  # one dispatch run per usable CPU
     assert s.cpu_pressure_ceiling == 75.0 and s.cpu_pressure_soft_bar == 25.0
     assert s.rss_mb_ceiling == 512
@@ -26,6 +27,7 @@ def test_values_are_parsed_and_typed() -> None:
             "STAGE_E_STREAMING_ENABLED": "true",
             "STAGE_E_MICRO_BATCH_SIZE": "40",
             "STAGE_E_BATCH_TARGET_S": "12.5",
+            "STAGE_E_ARRIVAL_WAIT_S": "0",
             "STAGE_E_HOST_LOAD_CEILING": "7.5",
             "STAGE_E_CPU_PRESSURE_CEILING": "45",
             "STAGE_E_CPU_PRESSURE_FILE": "/sys/fs/cgroup/pod/cpu.pressure",
@@ -36,6 +38,7 @@ def test_values_are_parsed_and_typed() -> None:
     assert s.streaming_enabled is True
     assert s.micro_batch_size == 40
     assert s.batch_target_s == 12.5
+    assert s.arrival_wait_s == 0.0
     assert s.host_load_ceiling == 7.5
     assert s.cpu_pressure_ceiling == 45.0 and s.cpu_pressure_soft_bar == 15.0
     assert s.cpu_pressure_file == Path("/sys/fs/cgroup/pod/cpu.pressure")
@@ -49,6 +52,8 @@ def test_values_are_parsed_and_typed() -> None:
         ("STAGE_E_MICRO_BATCH_SIZE", "abc", "STAGE_E_MICRO_BATCH_SIZE='abc' is not a whole number"),
         ("STAGE_E_MICRO_BATCH_SIZE", "0", "STAGE_E_MICRO_BATCH_SIZE='0' must be at least 1"),
         ("STAGE_E_BATCH_TARGET_S", "0.5", "STAGE_E_BATCH_TARGET_S='0.5' must be at least 1"),
+        ("STAGE_E_ARRIVAL_WAIT_S", "5", "STAGE_E_ARRIVAL_WAIT_S='5' must be at most 4"),
+        ("STAGE_E_ARRIVAL_WAIT_S", "-1", "STAGE_E_ARRIVAL_WAIT_S='-1' must be at least 0"),
         ("STAGE_E_RSS_MB_CEILING", "-5", "STAGE_E_RSS_MB_CEILING='-5' must be at least 0"),
         ("STAGE_E_HOST_LOAD_CEILING", "-0.1", "STAGE_E_HOST_LOAD_CEILING='-0.1' must be at least 0"),
         ("STAGE_E_FETCH_FAILURE_RATE_CEILING", "1.5", "must be at most 1"),

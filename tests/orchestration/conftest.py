@@ -135,6 +135,7 @@ def pipeline(corpus_template: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPa
     monkeypatch.setenv("STAGE_E_CPU_PRESSURE_CEILING", "100")  # the machine's own contention decides no test
     monkeypatch.setenv("STAGE_E_MAX_CONCURRENT_DISPATCHES", "2")  # the pool of INSTANCE_OVERRIDES, whatever the CPUs
     monkeypatch.setenv("STAGE_E_RSS_MB_CEILING", "100000")
+    monkeypatch.setenv("STAGE_E_ARRIVAL_WAIT_S", "0")  # a tick returns at once; test_arrivals.py holds the watch
     engine = make_engine(url)
     with instance_for_test(overrides=INSTANCE_OVERRIDES) as instance:
         yield Pipeline(url=url, engine=engine, instance=instance, images=images)

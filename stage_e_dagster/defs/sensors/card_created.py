@@ -1,7 +1,9 @@
 """``card_created_sensor``: new cards from any writer, then the rest of the Stage C backlog.
 
 It is also the one place batches in flight are reconciled (renewed, settled, requested again) and
-a changed extractor manifest is rolled out, a bounded step per tick.
+a changed extractor manifest is rolled out, a bounded step per tick. An idle tick watches for new
+cards for ``STAGE_E_ARRIVAL_WAIT_S`` before it returns, so a card that lands between the daemon's
+passes gets its batch within a quarter second.
 
 The cursor (highest card id requested) only puts the newest cards first. It is not what keeps
 cards from being lost: a card whose insert commits after a higher id was seen is still in the
@@ -31,5 +33,6 @@ INTERVAL_S = EVERY_DAEMON_PASS_S
 def card_created_sensor(context: SensorEvaluationContext, stage_e: StageEResource) -> SensorResult | SkipReason:
     beat(context, stage_e, sensor_name="card_created_sensor", interval_s=INTERVAL_S)
     return dispatch_tick(
-        context, stage_e, predicate=STAGE_C_PENDING, trigger_reason="card-created", owns_reconcile=True, use_cursor=True
+        context, stage_e, predicate=STAGE_C_PENDING, trigger_reason="card-created", owns_reconcile=True, use_cursor=True,
+        wait_for_arrivals=True,
     )

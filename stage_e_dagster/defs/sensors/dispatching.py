@@ -9,6 +9,7 @@ requests a batch again.
 
 from __future__ import annotations
 
+import time
 from dataclasses import replace
 
 import sqlalchemy as sa
@@ -18,6 +19,7 @@ from ...catalog.backlog import requeue_config_refused
 from ...catalog.base import utcnow
 from ...catalog.engine import session_scope
 from ...catalog.models import MicroBatch
+from ...dispatch.arrivals import wait_for_unclaimed
 from ...dispatch.batches import create_batches
 from ...dispatch.guard import FLAG_OFF, check_gate
 from ...dispatch.sizing import MAX_BATCHES_PER_TICK, plan_for_tick
@@ -62,7 +64,10 @@ def dispatch_tick(
     trigger_reason: str,
     owns_reconcile: bool,
     use_cursor: bool,
+    wait_for_arrivals: bool = False,
 ) -> SensorResult | SkipReason:
+    """``wait_for_arrivals``: an idle tick watches the backlog for ``STAGE_E_ARRIVAL_WAIT_S`` before it
+    returns (``dispatch.arrivals``), so a card landing between the daemon's passes is batched at once."""
     settings = stage_e.settings()
     if not settings.streaming_enabled:
         return SkipReason(FLAG_OFF)
@@ -114,21 +119,37 @@ def dispatch_tick(
     # governed limit below an operator's own pool limit, the sensor alone keeps the count.
     queue_ahead = pool_cap is not None and cap == pool_cap
     in_flight = len(active)
-    with session_scope(engine) as session:
-        plan = plan_for_tick(
-            settings, in_flight_runs=in_flight + len(requeue), cap=cap, queue_ahead=queue_ahead, session=session,
-            predicate=predicate, now=now,
-        )
-        plan = replace(plan, max_batches=min(plan.max_batches, MAX_BATCHES_PER_TICK - len(requeue)))
-        fresh = create_batches(
-            session,
-            predicate,
-            plan,
-            trigger_reason=trigger_reason,
-            now=now,
-            claim_ttl_s=settings.claim_ttl_s,
-            seeds_after=cursor if use_cursor else None,
-        )
+    # Watch only while a card that lands could start at once: with every slot running, it would wait
+    # for a slot anyway, and the next tick batches it in time.
+    slot_free = in_flight + len(requeue) < cap
+    watch_until = time.monotonic() + (settings.arrival_wait_s if wait_for_arrivals and slot_free else 0.0)
+    while True:
+        with session_scope(engine) as session:
+            plan = plan_for_tick(
+                settings, in_flight_runs=in_flight + len(requeue), cap=cap, queue_ahead=queue_ahead, session=session,
+                predicate=predicate, now=now,
+            )
+            plan = replace(plan, max_batches=min(plan.max_batches, MAX_BATCHES_PER_TICK - len(requeue)))
+            fresh = create_batches(
+                session,
+                predicate,
+                plan,
+                trigger_reason=trigger_reason,
+                now=now,
+                claim_ttl_s=settings.claim_ttl_s,
+                seeds_after=cursor if use_cursor else None,
+            )
+        # Idle with free slots: watch for the next card until the watch ends, then batch it in this tick.
+        if fresh.batches or requeue or plan.max_batches == 0 or time.monotonic() >= watch_until:
+            break
+        if not wait_for_unclaimed(engine, predicate, until=watch_until):
+            break
+        now = utcnow()
+        with session_scope(engine) as session:
+            verdict = check_gate(session, settings)
+        if not verdict.allowed:  # a trip opened or streaming went off while watching: the next tick holds
+            return SensorResult(skip_reason=verdict.reason, asset_events=done.observations,
+                                cursor=context.cursor if use_cursor else None)
     new_cursor = str(max(cursor, fresh.highest_seed_id or 0)) if use_cursor else None
     batches = requeue + fresh.batches
     notes += done.notes

@@ -1,0 +1,131 @@
+"""An idle ``card_created_sensor`` tick watches for new cards before it returns (``dispatch.arrivals``).
+
+Real ticks on a real instance and catalogue; the card lands from another thread while the tick
+watches. No test here bounds a duration from above: only "it watched at least this long".
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+import uuid
+
+import pytest
+import sqlalchemy as sa
+from dagster import DagsterRun, DagsterRunStatus, SensorResult
+
+from stage_e_dagster.catalog.engine import session_scope
+from stage_e_dagster.catalog.models import Card, MicroBatch
+from stage_e_dagster.defs.tags import dispatch_tags
+from stage_e_dagster.envelope.trips import open_trip
+from stage_e_dagster.settings import load_settings
+
+from ..factories import insert_cards
+from .conftest import Pipeline
+from .test_streaming import skip_text
+
+
+@pytest.fixture
+def idle(pipeline: Pipeline, monkeypatch: pytest.MonkeyPatch) -> Pipeline:
+    """Streaming on, the seeded backlog drained: the next tick has nothing to batch."""
+    monkeypatch.setenv("STAGE_E_STREAMING_ENABLED", "true")
+    pipeline.drain()
+    with session_scope(pipeline.engine) as session:
+        assert not session.execute(sa.select(Card.id).where(Card.stage_c_pending)).first()
+    return pipeline
+
+
+def land_later(pipeline: Pipeline, delay_s: float, *, trip: bool = False) -> tuple[threading.Thread, list[int]]:
+    """Insert one readable card after ``delay_s`` (opening a manual trip first, given ``trip``)."""
+    with pipeline.engine.connect() as conn:
+        locator = conn.execute(sa.select(Card.image_locator).order_by(Card.id).limit(1)).scalar_one()
+    landed: list[int] = []
+
+    def insert() -> None:
+        time.sleep(delay_s)
+        if trip:
+            with session_scope(pipeline.engine) as session:
+                open_trip(session, "manual", {"note": "test: a person stops dispatch while the tick watches"})
+        landed.extend(insert_cards(pipeline.engine, 1, prefix="arrival", locator=locator))
+
+    thread = threading.Thread(target=insert)
+    thread.start()
+    return thread, landed
+
+
+def test_a_card_landing_while_an_idle_tick_watches_is_batched_by_that_tick(
+    idle: Pipeline, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("STAGE_E_ARRIVAL_WAIT_S", "4")
+    thread, landed = land_later(idle, 0.5)
+    result = idle.tick("card_created_sensor")
+    thread.join()
+    assert isinstance(result, SensorResult) and len(result.run_requests) == 1, result
+    request = result.run_requests[0]
+    with session_scope(idle.engine) as session:
+        batch = session.get(MicroBatch, request.partition_key)
+        assert batch is not None and batch.card_ids == landed
+    assert result.cursor == str(landed[0])  # the seed cursor moved past the new card, as a normal tick's does
+    # The batch runs like any other: the card gets its evidence.
+    assert idle.run(request.partition_key, tags=dict(request.tags)).success
+
+
+def test_an_idle_tick_watches_its_whole_window_then_says_nothing_waits(
+    idle: Pipeline, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("STAGE_E_ARRIVAL_WAIT_S", "1.5")
+    started = time.monotonic()
+    text = skip_text(idle.tick("card_created_sensor"))
+    assert time.monotonic() - started >= 1.5
+    assert "no unclaimed cards waiting" in text
+
+
+def test_a_trip_opened_while_the_tick_watches_holds_the_card_that_landed(
+    idle: Pipeline, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("STAGE_E_ARRIVAL_WAIT_S", "4")
+    thread, landed = land_later(idle, 0.5, trip=True)
+    text = skip_text(idle.tick("card_created_sensor"))
+    thread.join()
+    assert "trip" in text and "open" in text, text
+    with session_scope(idle.engine) as session:
+        batched = [cid for (ids,) in session.execute(sa.select(MicroBatch.card_ids)) for cid in ids]
+    assert landed[0] not in batched
+
+
+def test_only_an_idle_card_created_tick_watches(pipeline: Pipeline, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("STAGE_E_STREAMING_ENABLED", "true")
+    monkeypatch.setenv("STAGE_E_ARRIVAL_WAIT_S", "4")
+    watched: list[float] = []
+
+    def record(engine: sa.Engine, predicate: object, *, until: float) -> bool:
+        watched.append(until)
+        return False
+
+    monkeypatch.setattr("stage_e_dagster.defs.sensors.dispatching.wait_for_unclaimed", record)
+    first = pipeline.tick("card_created_sensor")  # the seeded backlog: batches at once, no watch
+    assert isinstance(first, SensorResult) and first.run_requests
+    pipeline.tick("evidence_changed_sensor")  # the Stage D sensor never watches
+    assert watched == []
+    assert "no unclaimed cards waiting" in skip_text(pipeline.tick("card_created_sensor"))  # every card claimed: idle
+    assert len(watched) == 1
+
+
+def test_with_every_slot_running_an_idle_tick_does_not_watch(idle: Pipeline, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A card landing then would wait for a slot anyway; the next tick batches it in time."""
+    monkeypatch.setenv("STAGE_E_ARRIVAL_WAIT_S", "4")
+    watched: list[float] = []
+
+    def record(engine: sa.Engine, predicate: object, *, until: float) -> bool:
+        watched.append(until)
+        return False
+
+    monkeypatch.setattr("stage_e_dagster.defs.sensors.dispatching.wait_for_unclaimed", record)
+    tags = dispatch_tags(load_settings(), trigger_reason="card-created")
+    runs = [idle.instance.add_run(DagsterRun(job_name="stage_e_dispatch", run_id=str(uuid.uuid4()),
+                                             status=DagsterRunStatus.STARTED, tags=tags)) for _ in range(2)]
+    idle.tick("card_created_sensor")  # the cap is 2 (the pipeline's setting): both slots are taken
+    assert watched == []
+    idle.instance.report_run_failed(runs[0])  # one slot frees: the tick watches again
+    idle.tick("card_created_sensor")
+    assert len(watched) == 1
