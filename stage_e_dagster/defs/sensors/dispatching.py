@@ -68,6 +68,7 @@ def dispatch_tick(
 ) -> SensorResult | SkipReason:
     """``wait_for_arrivals``: an idle tick watches the backlog for ``STAGE_E_ARRIVAL_WAIT_S`` before it
     returns (``dispatch.arrivals``), so a card landing between the daemon's passes is batched at once."""
+    started = time.monotonic()
     settings = stage_e.settings()
     if not settings.streaming_enabled:
         return SkipReason(FLAG_OFF)
@@ -120,9 +121,10 @@ def dispatch_tick(
     queue_ahead = pool_cap is not None and cap == pool_cap
     in_flight = len(active)
     # Watch only while a card that lands could start at once: with every slot running, it would wait
-    # for a slot anyway, and the next tick batches it in time.
+    # for a slot anyway, and the next tick batches it in time. The watch counts from the tick's start,
+    # so a tick never outlasts the daemon's pass because reconciling was slow.
     slot_free = in_flight + len(requeue) < cap
-    watch_until = time.monotonic() + (settings.arrival_wait_s if wait_for_arrivals and slot_free else 0.0)
+    watch_until = started + (settings.arrival_wait_s if wait_for_arrivals and slot_free else 0.0)
     while True:
         with session_scope(engine) as session:
             plan = plan_for_tick(
