@@ -53,6 +53,18 @@ def land_later(pipeline: Pipeline, delay_s: float, *, trip: bool = False) -> tup
     return thread, landed
 
 
+def record_watches(monkeypatch: pytest.MonkeyPatch) -> list[float]:
+    """Replace the watch with a recorder: each call's ``until``, and nothing ever found."""
+    watched: list[float] = []
+
+    def record(engine: sa.Engine, predicate: object, *, until: float) -> bool:
+        watched.append(until)
+        return False
+
+    monkeypatch.setattr("stage_e_dagster.defs.sensors.dispatching.wait_for_unclaimed", record)
+    return watched
+
+
 def test_a_card_landing_while_an_idle_tick_watches_is_batched_by_that_tick(
     idle: Pipeline, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -96,13 +108,7 @@ def test_a_trip_opened_while_the_tick_watches_holds_the_card_that_landed(
 def test_only_an_idle_card_created_tick_watches(pipeline: Pipeline, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("STAGE_E_STREAMING_ENABLED", "true")
     monkeypatch.setenv("STAGE_E_ARRIVAL_WAIT_S", "4")
-    watched: list[float] = []
-
-    def record(engine: sa.Engine, predicate: object, *, until: float) -> bool:
-        watched.append(until)
-        return False
-
-    monkeypatch.setattr("stage_e_dagster.defs.sensors.dispatching.wait_for_unclaimed", record)
+    watched = record_watches(monkeypatch)
     first = pipeline.tick("card_created_sensor")  # the seeded backlog: batches at once, no watch
     assert isinstance(first, SensorResult) and first.run_requests
     pipeline.tick("evidence_changed_sensor")  # the Stage D sensor never watches
@@ -114,13 +120,7 @@ def test_only_an_idle_card_created_tick_watches(pipeline: Pipeline, monkeypatch:
 def test_with_every_slot_running_an_idle_tick_does_not_watch(idle: Pipeline, monkeypatch: pytest.MonkeyPatch) -> None:
     """A card landing then would wait for a slot anyway; the next tick batches it in time."""
     monkeypatch.setenv("STAGE_E_ARRIVAL_WAIT_S", "4")
-    watched: list[float] = []
-
-    def record(engine: sa.Engine, predicate: object, *, until: float) -> bool:
-        watched.append(until)
-        return False
-
-    monkeypatch.setattr("stage_e_dagster.defs.sensors.dispatching.wait_for_unclaimed", record)
+    watched = record_watches(monkeypatch)
     tags = dispatch_tags(load_settings(), trigger_reason="card-created")
     runs = [idle.instance.add_run(DagsterRun(job_name="stage_e_dispatch", run_id=str(uuid.uuid4()),
                                              status=DagsterRunStatus.STARTED, tags=tags)) for _ in range(2)]

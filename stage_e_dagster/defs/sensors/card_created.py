@@ -33,6 +33,6 @@ INTERVAL_S = EVERY_DAEMON_PASS_S
 def card_created_sensor(context: SensorEvaluationContext, stage_e: StageEResource) -> SensorResult | SkipReason:
     beat(context, stage_e, sensor_name="card_created_sensor", interval_s=INTERVAL_S)
     return dispatch_tick(
-        context, stage_e, predicate=STAGE_C_PENDING, trigger_reason="card-created", owns_reconcile=True, use_cursor=True,
-        wait_for_arrivals=True,
+        context, stage_e, predicate=STAGE_C_PENDING, trigger_reason="card-created", owns_reconcile=True,
+        use_cursor=True, wait_for_arrivals=True,
     )
