@@ -66,7 +66,10 @@ def hold_dispatch(instance: DagsterInstance, engine: sa.Engine, *, trip_id: str,
             control.held_at, control.held_from = utcnow(), pool_limit(instance)
         # The newest trip: a release that read an older, acknowledged one then cannot clear this hold.
         control.trip_id = trip_id
-    _set_pool_limit(instance, 0)
+        # The pool goes to 0 while the control row is locked: a release running beside this tick
+        # (sensors tick in threads, or two daemons) either finishes before or starts after, so
+        # it can never clear the row and leave the pool at 0 with no hold to release it.
+        _set_pool_limit(instance, 0)
     # A sweep's queued runs wait behind the pool instead: a cancelled backfill run fails its partition
     # for good, so the backfill would read COMPLETED_FAILED although the sensors finish its cards later.
     queued = [run for run in active_dispatch_runs(instance, [DagsterRunStatus.QUEUED])
@@ -84,11 +87,11 @@ def release_hold(instance: DagsterInstance, engine: sa.Engine) -> bool:
     """Give the pool back the limit it had before this project's hold, then clear the hold; a no-op
     without a hold or while its trip is still open. Returns whether the hold was cleared.
 
-    The limit goes back first: if that fails the hold row stays and the next tick tries again. The
-    clear is a compare-and-set on the trip the release read, so a hold a newer trip took meanwhile
-    stays (and the pool goes back to 0 for it)."""
+    Both happen while the control row is locked (``FOR UPDATE``; SQLite's write lock), so a hold taken
+    beside it waits and then holds again. The limit goes back first: if that fails, the transaction
+    rolls back, the hold row stays and the next tick tries again."""
     with session_scope(engine) as session:
-        control = session.get(PoolControl, DISPATCH_POOL)
+        control = session.get(PoolControl, DISPATCH_POOL, with_for_update=True, populate_existing=True)
         if control is None or control.held_at is None:
             return False
         still_open = control.trip_id is not None and session.execute(
@@ -97,19 +100,9 @@ def release_hold(instance: DagsterInstance, engine: sa.Engine) -> bool:
         ).first()
         if still_open:
             return False
-        restore, seen_trip = control.held_from, control.trip_id
-    _set_pool_limit(instance, restore)
-    with session_scope(engine) as session:
-        cleared = session.execute(
-            sa.update(PoolControl)
-            .where(PoolControl.pool == DISPATCH_POOL, PoolControl.held_at.is_not(None),
-                   PoolControl.trip_id.is_not_distinct_from(seen_trip))
-            .values(held_at=None, held_from=None, trip_id=None)
-            .execution_options(synchronize_session=False)
-        ).rowcount
-    if not cleared:
-        _set_pool_limit(instance, 0)
-    return bool(cleared)
+        _set_pool_limit(instance, control.held_from)
+        control.held_at = control.held_from = control.trip_id = None
+    return True
 
 
 def apply_pool_setting(instance: DagsterInstance, engine: sa.Engine, cap: int) -> int | None:

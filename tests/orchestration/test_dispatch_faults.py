@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import subprocess
 import sys
+import threading
 import uuid
 from datetime import timedelta
 
@@ -19,11 +20,11 @@ from typer.testing import CliRunner
 from stage_e_dagster.catalog.base import utcnow
 from stage_e_dagster.catalog.engine import session_scope
 from stage_e_dagster.catalog.heartbeats import record_heartbeat
-from stage_e_dagster.catalog.models import ImageEvidence, MicroBatch, StageDPass
+from stage_e_dagster.catalog.models import ImageEvidence, MicroBatch, PoolControl, StageDPass
 from stage_e_dagster.cli.main import app
 from stage_e_dagster.definitions import defs
 from stage_e_dagster.defs.envelope_asset import read_envelope
-from stage_e_dagster.defs.hold import active_dispatch_runs, pool_limit
+from stage_e_dagster.defs.hold import active_dispatch_runs, hold_dispatch, pool_limit, release_hold
 from stage_e_dagster.defs.resources import StageEResource
 from stage_e_dagster.defs.tags import DISPATCH_POOL, DISPATCH_TAG, PARTITION_TAG
 from stage_e_dagster.dispatch.batches import fail_and_retry, get_batch, take_batch
@@ -233,6 +234,49 @@ def test_a_failed_release_leaves_the_hold_to_be_recovered_next_tick(
     monkeypatch.setattr(storage, "set_concurrency_slots", real)
     pipeline.tick("card_created_sensor")
     assert pool_limit(pipeline.instance) == 2, "the pool was left at 0 with no trip open"
+
+
+def test_a_stale_hold_beside_a_release_never_leaves_the_pool_at_0_without_a_hold(
+    pipeline: Pipeline, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Sensors tick in threads: one tick releases after the acknowledgement while another, whose gate
+    read the trip before it, holds again. The hold's pool write used to land after the release's
+    restore and clear, leaving the pool at 0 with no hold row to release it (seen in a daemon drill)."""
+    pipeline.tick("card_created_sensor")
+    assert pool_limit(pipeline.instance) == 2
+    with session_scope(pipeline.engine) as session:
+        trip_id = open_trip(session, "manual", {"note": "maintenance"}).trip_id
+    pipeline.tick("card_created_sensor")
+    with session_scope(pipeline.engine) as session:
+        acknowledge_trip(session, trip_id, note="done", by="ops")
+    storage = pipeline.instance.event_log_storage
+    real = storage.set_concurrency_slots
+    restored, stale_hold_done = threading.Event(), threading.Event()
+
+    def slow_release(pool: str, limit: int) -> None:
+        real(pool, limit)
+        if limit > 0 and threading.current_thread().name == "release":
+            restored.set()
+            stale_hold_done.wait(timeout=3)  # between the restore and the clear: the stale hold's chance
+
+    monkeypatch.setattr(storage, "set_concurrency_slots", slow_release)
+    release = threading.Thread(target=release_hold, args=(pipeline.instance, pipeline.engine), name="release")
+    release.start()
+    assert restored.wait(timeout=60)
+
+    def stale_hold() -> None:
+        hold_dispatch(pipeline.instance, pipeline.engine, trip_id=trip_id, reason="read the trip before the ack")
+        stale_hold_done.set()
+
+    hold = threading.Thread(target=stale_hold)
+    hold.start()
+    release.join(timeout=120)
+    hold.join(timeout=120)
+    with session_scope(pipeline.engine) as session:
+        held = session.get(PoolControl, DISPATCH_POOL).held_at is not None
+    assert pool_limit(pipeline.instance) != 0 or held, "the pool was left at 0 with no hold to release it"
+    pipeline.tick("card_created_sensor")  # the next tick releases whatever the stale tick held
+    assert pool_limit(pipeline.instance) == 2
 
 
 def test_a_canceling_dispatch_run_counts_as_active(pipeline: Pipeline) -> None:
