@@ -64,7 +64,7 @@ def hold_dispatch(instance: DagsterInstance, engine: sa.Engine, *, trip_id: str,
         control = pool_control(session, DISPATCH_POOL)
         if control.held_at is None:
             control.held_at, control.held_from = utcnow(), pool_limit(instance)
-        # The newest trip: a release that read an older, acknowledged one then cannot clear this hold.
+        # The newest trip: a release clears the hold only once this one is acknowledged.
         control.trip_id = trip_id
         # The pool goes to 0 while the control row is locked: a release running beside this tick
         # (sensors tick in threads, or two daemons) either finishes before or starts after, so

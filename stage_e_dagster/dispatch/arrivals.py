@@ -9,7 +9,6 @@ before it returns, one index probe every ``POLL_S``, and batches a card that lan
 from __future__ import annotations
 
 import time
-from typing import Callable
 
 import sqlalchemy as sa
 
@@ -27,20 +26,17 @@ def wait_for_unclaimed(
     predicate: sa.ColumnElement[bool],
     *,
     until: float,
-    poll_s: float = POLL_S,
-    clock: Callable[[], float] = time.monotonic,
-    sleep: Callable[[float], None] = time.sleep,
 ) -> bool:
-    """Whether an unclaimed card of this backlog turns up before ``until`` (a ``clock`` reading).
+    """Whether an unclaimed card of this backlog turns up before ``until`` (a ``time.monotonic`` reading).
 
     Sleeps before each probe: the caller has just found nothing. Reads without locking: the tick that
     goes on to batch the card claims it with the usual compare-and-set, and another selector may still
     win it (the tick then watches on)."""
     while True:
-        left = until - clock()
+        left = until - time.monotonic()
         if left <= 0:
             return False
-        sleep(min(poll_s, left))
+        time.sleep(min(POLL_S, left))
         with session_scope(engine) as session:
             if session.execute(unclaimed_query(predicate, now=utcnow(), limit=1)).first() is not None:
                 return True
