@@ -150,6 +150,8 @@ def dispatch_tick(
         with session_scope(engine) as session:
             verdict = check_gate(session, settings)
         if not verdict.allowed:  # a trip opened or streaming went off while watching: the next tick holds
+            if notes or done.notes:  # what this tick rolled out or settled before the watch is still said
+                context.log.info("; ".join(notes + done.notes))
             return SensorResult(skip_reason=verdict.reason, asset_events=done.observations,
                                 cursor=context.cursor if use_cursor else None)
     new_cursor = str(max(cursor, fresh.highest_seed_id or 0)) if use_cursor else None
