@@ -4,14 +4,18 @@ The daemon and the shell read ``STAGE_E_*`` in different processes, often on dif
 the shell's own settings say nothing of what dispatch runs with. Every tick therefore rewrites its
 sensor's row with the settings it ran with; ``stage-e status`` compares them with its own.
 Each ticking process also keeps a row of its own (``sensor_tickers``): two processes whose ticks of
-one sensor interleave are two daemons on one instance, which Dagster does not support.
+one sensor interleave are two daemons on one instance, which Dagster does not support. Dagster lets
+only one of them run a given tick (the other finds it under the minimum interval), and with steady
+passes the same daemon can win every tick; so the ticks also record which daemons write Dagster's own
+heartbeat rows, which every daemon rewrites every 30 s whether or not it wins a tick.
 """
 
 from __future__ import annotations
 
 import os
 import socket
-from datetime import datetime, timedelta
+from collections.abc import Iterable
+from datetime import datetime, timedelta, timezone
 from typing import Any
 
 import sqlalchemy as sa
@@ -29,6 +33,10 @@ STALE_AFTER_INTERVALS = 3
 MIN_COUNTED_INTERVAL_S = 10
 # A ticker's row is deleted this long after its last tick (a restarted code server leaves one behind).
 FORGET_TICKER_AFTER = timedelta(hours=1)
+# The ticker row under which each Dagster daemon (by its daemon id) is recorded, and how often a
+# daemon rewrites its heartbeat rows (Dagster's DEFAULT_HEARTBEAT_INTERVAL_SECONDS).
+DAEMON_TICKER = "dagster-daemon"
+DAEMON_HEARTBEAT_INTERVAL_S = 30
 
 
 def effective_settings(settings: Settings) -> dict[str, Any]:
@@ -79,12 +87,25 @@ def record_heartbeat(
             where=SensorHeartbeat.ticked_at < insert.excluded.ticked_at,
         )
     )
-    _record_ticker(session, sensor_name, ticked_by, now)
+    _record_ticker(session, sensor_name, ticked_by, now, now=now)
 
 
-def _record_ticker(session: Session, sensor_name: str, ticked_by: str, now: datetime) -> None:
+def record_daemons(session: Session, heartbeats: Iterable[tuple[str | None, float]], now: datetime) -> None:
+    """Record each daemon id found in Dagster's heartbeat rows (``(daemon_id, timestamp)``), at the
+    time of its newest row rather than now: a restarted daemon's old rows linger until the new one
+    rewrites them, and their older times keep the old id's span from overlapping the new one's."""
+    newest: dict[str, float] = {}
+    for daemon_id, timestamp in heartbeats:
+        if daemon_id:
+            newest[daemon_id] = max(timestamp, newest.get(daemon_id, timestamp))
+    for daemon_id, timestamp in sorted(newest.items()):
+        beat_at = datetime.fromtimestamp(timestamp, tz=timezone.utc)
+        _record_ticker(session, DAEMON_TICKER, f"daemon {daemon_id}"[:160], beat_at, now=now)
+
+
+def _record_ticker(session: Session, sensor_name: str, ticked_by: str, ticked_at: datetime, *, now: datetime) -> None:
     insert = dialect_insert(session)(SensorTicker).values(
-        sensor_name=sensor_name, ticked_by=ticked_by, first_ticked_at=now, ticked_at=now
+        sensor_name=sensor_name, ticked_by=ticked_by, first_ticked_at=ticked_at, ticked_at=ticked_at
     )
     session.execute(
         insert.on_conflict_do_update(
@@ -106,6 +127,7 @@ def concurrent_tickers(session: Session, now: datetime) -> dict[str, list[str]]:
     of ticks overlap, so a code server restarted (a new pid after the old one's last tick) is not
     counted, while two daemons, whose ticks interleave, are."""
     intervals = dict(session.execute(sa.select(SensorHeartbeat.sensor_name, SensorHeartbeat.interval_s)).all())
+    intervals[DAEMON_TICKER] = DAEMON_HEARTBEAT_INTERVAL_S
     rows = session.execute(sa.select(SensorTicker).where(SensorTicker.ticked_at >= now - FORGET_TICKER_AFTER))
     by_sensor: dict[str, list[SensorTicker]] = {}
     for ticker in rows.scalars():

@@ -4,7 +4,8 @@ It is written only while streaming is on: off means off, so a sensor of a locati
 off opens no transaction at all (with no catalogue URL set it would otherwise create an empty
 SQLite file and warn on every tick). ``stage-e status`` says so when it finds no heartbeat.
 A heartbeat is never worth a failed tick: any error (a catalogue one migration behind, a locked
-database) is logged on the tick and the tick goes on.
+database) is logged on the tick and the tick goes on. Each tick also records the daemons that wrote
+Dagster's heartbeat rows (``record_daemons``), so two daemons show even when one wins every tick.
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ from dagster import SensorEvaluationContext
 
 from ..catalog.base import utcnow
 from ..catalog.engine import session_scope
-from ..catalog.heartbeats import record_heartbeat
+from ..catalog.heartbeats import record_daemons, record_heartbeat
 from .resources import StageEResource
 from .tags import DISPATCH_POOL
 
@@ -24,8 +25,11 @@ def beat(context: SensorEvaluationContext, stage_e: StageEResource, *, sensor_na
         settings = stage_e.settings()
         if not settings.streaming_enabled:
             return
+        daemons = [(beat.daemon_id, beat.timestamp) for beat in context.instance.get_daemon_heartbeats().values()]
         with session_scope(stage_e.engine()) as session:
+            now = utcnow()
             record_heartbeat(session, sensor_name, interval_s=interval_s, settings=settings, pool=DISPATCH_POOL,
-                             now=utcnow())
+                             now=now)
+            record_daemons(session, daemons, now)
     except Exception as exc:  # noqa: BLE001  (the tick matters more than its heartbeat)
         context.log.warning(f"heartbeat of {sensor_name} not recorded: {type(exc).__name__}: {str(exc)[:300]}")

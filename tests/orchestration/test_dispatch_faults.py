@@ -8,19 +8,21 @@ from __future__ import annotations
 import subprocess
 import sys
 import threading
+import time
 import uuid
 from datetime import timedelta
 
 import pytest
 import sqlalchemy as sa
 from dagster import AssetKey, DagsterInstance, DagsterRun, DagsterRunStatus
+from dagster._daemon.types import DaemonHeartbeat
 from sqlalchemy.exc import OperationalError
 from typer.testing import CliRunner
 
 from stage_e_dagster.catalog.base import utcnow
 from stage_e_dagster.catalog.engine import session_scope
-from stage_e_dagster.catalog.heartbeats import record_heartbeat
-from stage_e_dagster.catalog.models import ImageEvidence, MicroBatch, PoolControl, StageDPass
+from stage_e_dagster.catalog.heartbeats import DAEMON_TICKER, record_heartbeat
+from stage_e_dagster.catalog.models import ImageEvidence, MicroBatch, PoolControl, SensorTicker, StageDPass
 from stage_e_dagster.cli.main import app
 from stage_e_dagster.definitions import defs
 from stage_e_dagster.defs.envelope_asset import read_envelope
@@ -183,6 +185,47 @@ def test_two_processes_ticking_the_same_sensors_warn_in_status_and_on_the_envelo
                          now=utcnow() + timedelta(minutes=5))
         assert read_envelope(session, settings, now=utcnow() + timedelta(minutes=5),
                              sensor_lag_s=0.0).values["sensor_processes"] == 1
+
+
+def _daemon_heartbeat(instance: DagsterInstance, daemon_type: str, daemon_id: str, at: float) -> None:
+    instance.add_daemon_heartbeat(DaemonHeartbeat(at, daemon_type, daemon_id, errors=[]))
+
+
+def test_two_daemons_warn_even_when_one_of_them_wins_every_tick(pipeline: Pipeline) -> None:
+    # Two daemons on one instance: only one runs each tick (the other finds it under the minimum
+    # interval), but both rewrite Dagster's heartbeat rows, so a row of each is there at a tick.
+    start = time.time() - 20
+    _daemon_heartbeat(pipeline.instance, "SENSOR", "daemon-a", start)
+    _daemon_heartbeat(pipeline.instance, "QUEUED_RUN_COORDINATOR", "daemon-b", start + 1)
+    pipeline.tick("envelope_trip_sensor")
+    _daemon_heartbeat(pipeline.instance, "SENSOR", "daemon-b", start + 10)
+    _daemon_heartbeat(pipeline.instance, "QUEUED_RUN_COORDINATOR", "daemon-a", start + 11)
+    pipeline.tick("envelope_trip_sensor")
+    result = CliRunner().invoke(app, ["status"], env={"COLUMNS": "200"})
+    assert result.exit_code == 0, result.output
+    assert "warning: 2 processes tick dagster-daemon side by side (daemon daemon-a, daemon daemon-b)" in (
+        result.output), result.output
+    assert "one daemon per instance" in result.output, result.output
+    with session_scope(pipeline.engine) as session:
+        assert read_envelope(session, load_settings(), now=utcnow(), sensor_lag_s=0.0).values["sensor_processes"] == 2
+
+
+def test_a_restarted_daemon_whose_old_heartbeats_linger_is_not_two_daemons(pipeline: Pipeline) -> None:
+    start = time.time() - 60
+    for daemon_type in ("SENSOR", "QUEUED_RUN_COORDINATOR"):
+        _daemon_heartbeat(pipeline.instance, daemon_type, "before-restart", start)
+    pipeline.tick("envelope_trip_sensor")
+    # The restarted daemon has rewritten one row so far; the other still carries the old id.
+    _daemon_heartbeat(pipeline.instance, "SENSOR", "after-restart", start + 40)
+    pipeline.tick("envelope_trip_sensor")
+    _daemon_heartbeat(pipeline.instance, "QUEUED_RUN_COORDINATOR", "after-restart", start + 41)
+    pipeline.tick("envelope_trip_sensor")
+    result = CliRunner().invoke(app, ["status"], env={"COLUMNS": "200"})
+    assert result.exit_code == 0, result.output
+    assert "side by side" not in result.output, result.output
+    with session_scope(pipeline.engine) as session:
+        tickers = session.execute(sa.select(SensorTicker.ticked_by).where(SensorTicker.sensor_name == DAEMON_TICKER))
+        assert sorted(tickers.scalars()) == ["daemon after-restart", "daemon before-restart"]
 
 
 # --- item 2: the run-end reader never stalls -----------------------------------------------------
