@@ -7,6 +7,7 @@ under the same run key.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Sequence
@@ -86,22 +87,26 @@ def create_batches(
     claim_ttl_s: int,
     seeds_after: int | None = None,
 ) -> NewBatches:
-    """Fill up to ``plan.max_batches`` batches: cards above ``seeds_after`` first, then the backlog by id."""
-    batches: list[MicroBatch] = []
+    """Fill up to ``plan.max_batches`` batches: cards above ``seeds_after`` first, then the backlog by id.
+
+    The cards are dealt out in turn (card i to batch i mod n), not cut into runs of ids: what a card
+    costs follows its id (cards added together look alike), so two batches cut from one backlog end
+    seconds apart while one slot idles; dealt, they end together. As many batches as before."""
+    wanted = plan.batch_size * plan.max_batches
+    ids: list[int] = []
     highest_seed: int | None = None
-    for _ in range(plan.max_batches):
-        ids: list[int] = []
-        if seeds_after is not None:
-            ids = unclaimed_card_ids(session, predicate, now=now, limit=plan.batch_size, after_id=seeds_after)
-            if ids:
-                highest_seed = max(ids)
-        ids += unclaimed_card_ids(session, predicate, now=now, limit=plan.batch_size - len(ids), exclude=ids)
-        if not ids:
-            break
-        batch = record_batch(session, ids, trigger_reason=trigger_reason, now=now, claim_ttl_s=claim_ttl_s)
-        if batch is None:
-            break
-        batches.append(batch)
+    if seeds_after is not None:
+        ids = unclaimed_card_ids(session, predicate, now=now, limit=wanted, after_id=seeds_after)
+        if ids:
+            highest_seed = max(ids)
+    ids += unclaimed_card_ids(session, predicate, now=now, limit=wanted - len(ids), exclude=ids)
+    count = math.ceil(len(ids) / plan.batch_size) if ids else 0
+    batches = []
+    for turn in range(count):
+        batch = record_batch(session, ids[turn::count], trigger_reason=trigger_reason, now=now,
+                             claim_ttl_s=claim_ttl_s)
+        if batch is not None:
+            batches.append(batch)
     return NewBatches(batches=batches, highest_seed_id=highest_seed)
 
 

@@ -56,7 +56,7 @@ def test_keys_are_short_sortable_and_retries_get_new_keys() -> None:
 def test_batches_are_bounded_and_claimed_cards_are_never_batched_twice(engine: sa.Engine) -> None:
     ids = insert_cards(engine, 12)
     first, _ = make(engine, BatchPlan(batch_size=5, max_batches=2))
-    assert [c for _, c, _ in first] == [ids[0:5], ids[5:10]]
+    assert [c for _, c, _ in first] == [ids[0:10:2], ids[1:10:2]]  # dealt in turn, as many batches
     second, _ = make(engine, BatchPlan(batch_size=5, max_batches=2))
     assert [c for _, c, _ in second] == [ids[10:12]]
     third, _ = make(engine, BatchPlan(batch_size=5, max_batches=2))
@@ -68,6 +68,14 @@ def test_seeds_come_first_then_the_backlog_fills(engine: sa.Engine) -> None:
     batches, highest = make(engine, BatchPlan(batch_size=4, max_batches=1), seeds_after=ids[7])
     assert batches[0][1] == sorted([ids[8], ids[9], ids[0], ids[1]])
     assert highest == ids[9]
+
+
+def test_cards_dealt_in_turn_even_out_a_backlog_whose_cost_follows_its_id(engine: sa.Engine) -> None:
+    ids = insert_cards(engine, 7)
+    batches, _ = make(engine, BatchPlan(batch_size=4, max_batches=3))
+    # Seven cards at four a batch make two batches, as cut into runs of ids they would (4 and 3),
+    # but the older and newer cards are shared between them.
+    assert [c for _, c, _ in batches] == [[ids[0], ids[2], ids[4], ids[6]], [ids[1], ids[3], ids[5]]]
 
 
 def test_an_expired_claim_frees_its_cards(engine: sa.Engine) -> None:
