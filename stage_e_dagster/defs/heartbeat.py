@@ -25,7 +25,7 @@ def beat(context: SensorEvaluationContext, stage_e: StageEResource, *, sensor_na
         settings = stage_e.settings()
         if not settings.streaming_enabled:
             return
-        daemons = [(beat.daemon_id, beat.timestamp) for beat in context.instance.get_daemon_heartbeats().values()]
+        daemons = [(row.daemon_id, row.timestamp) for row in context.instance.get_daemon_heartbeats().values()]
         with session_scope(stage_e.engine()) as session:
             now = utcnow()
             record_heartbeat(session, sensor_name, interval_s=interval_s, settings=settings, pool=DISPATCH_POOL,

@@ -101,7 +101,7 @@ def create_batches(
             highest_seed = max(ids)
     ids += unclaimed_card_ids(session, predicate, now=now, limit=wanted - len(ids), exclude=ids)
     count = math.ceil(len(ids) / plan.batch_size) if ids else 0
-    batches = []
+    batches: list[MicroBatch] = []
     for turn in range(count):
         batch = record_batch(session, ids[turn::count], trigger_reason=trigger_reason, now=now,
                              claim_ttl_s=claim_ttl_s)
