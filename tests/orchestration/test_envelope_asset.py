@@ -23,7 +23,7 @@ from stage_e_dagster.envelope.fetch_window import record_fetch_outcome
 from stage_e_dagster.envelope.trips import acknowledge_trip, open_trip
 
 from .conftest import ImageServer, Pipeline
-from .test_dispatch_invariants import serve_over_http
+from .test_dispatch_invariants import batch, serve_over_http
 
 TRIP_CHECK = AssetCheckKey(asset_key=ENVELOPE_KEY, name=NO_OPEN_TRIP)
 BATCH_CHECK = AssetCheckKey(asset_key=AssetKey("stage_c_evidence"), name=STAGE_C_BATCH_CLEAN)
@@ -179,9 +179,9 @@ def test_a_batch_with_a_failed_fetch_warns_and_a_clean_batch_passes(
     pipeline: Pipeline, image_server: ImageServer, monkeypatch
 ) -> None:
     monkeypatch.setenv("STAGE_E_MICRO_BATCH_SIZE", "5")
-    names = [name for _, name in serve_over_http(pipeline, image_server)]
-    image_server.status[names[1]] = 500  # the host fails one card of the first batch
+    names = dict(serve_over_http(pipeline, image_server))
     first, second = pipeline.tick("card_created_sensor").run_requests
+    image_server.status[names[batch(pipeline, first.partition_key).card_ids[1]]] = 500  # one card of the first batch
     dirty = pipeline.run(first.partition_key, tags=dict(first.tags))
     clean = pipeline.run(second.partition_key, tags=dict(second.tags))
     assert dirty.success and clean.success  # the run itself is green either way

@@ -46,6 +46,7 @@ def test_a_run_logs_its_progress_and_every_card_that_did_not_simply_complete(
     pipeline: Pipeline, image_server: ImageServer, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setenv("STAGE_E_MICRO_BATCH_SIZE", "8")
+    monkeypatch.setenv("STAGE_E_MAX_CONCURRENT_DISPATCHES", "1")  # one batch, all 8 cards in it
     images = dict(serve_over_http(pipeline, image_server))
     [request, *_] = requests_of(pipeline.tick("card_created_sensor"))
     throttled, failing, missing, *_ = batch(pipeline, request.partition_key).card_ids
