@@ -100,7 +100,7 @@ def create_batches(
         if ids:
             highest_seed = max(ids)
     ids += unclaimed_card_ids(session, predicate, now=now, limit=wanted - len(ids), exclude=ids)
-    count = math.ceil(len(ids) / plan.batch_size) if ids else 0
+    count = math.ceil(len(ids) / plan.batch_size)
     batches: list[MicroBatch] = []
     for turn in range(count):
         batch = record_batch(session, ids[turn::count], trigger_reason=trigger_reason, now=now,

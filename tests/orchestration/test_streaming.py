@@ -136,23 +136,18 @@ def test_evidence_written_by_someone_else_goes_back_through_stage_d(
     assert after["stage_d_pending"] == 0 and after["evidence"] == evidence_before
 
 
-def _batch_cards(pipeline: Pipeline, batch_key: str) -> list[int]:
-    with session_scope(pipeline.engine) as session:
-        return list(session.get(MicroBatch, batch_key).card_ids)
-
-
 def test_a_403_trips_at_once_holds_every_tick_and_resumes_only_after_ack(
     pipeline: Pipeline, image_server: ImageServer, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setenv("STAGE_E_STREAMING_ENABLED", "true")
     monkeypatch.setenv("STAGE_E_MICRO_BATCH_SIZE", "3")
     # Serve every card over HTTP; the image host refuses the second card of the first batch.
-    from .test_dispatch_invariants import serve_over_http  # it imports this module's helpers
+    from .test_dispatch_invariants import batch as stored_batch, serve_over_http  # it imports this module's helpers
 
     names = dict(serve_over_http(pipeline, image_server))
     result = pipeline.tick("card_created_sensor")
     first = result.run_requests[0]
-    image_server.status[names[_batch_cards(pipeline, first.partition_key)[1]]] = 403
+    image_server.status[names[stored_batch(pipeline, first.partition_key).card_ids[1]]] = 403
     outcome = pipeline.run(first.partition_key, tags=dict(first.tags))
     assert outcome.success  # Stage D still ran on the work in hand
     with session_scope(pipeline.engine) as session:
@@ -261,12 +256,12 @@ def test_a_batch_a_trip_stopped_early_reads_stopped_with_cards_done_of_cards_hel
     pipeline: Pipeline, image_server: ImageServer, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setenv("STAGE_E_STREAMING_ENABLED", "true")
-    from .test_dispatch_invariants import serve_over_http  # it imports this module's helpers
+    from .test_dispatch_invariants import batch as stored_batch, serve_over_http  # it imports this module's helpers
 
     monkeypatch.setenv("STAGE_E_MICRO_BATCH_SIZE", "3")
     names = dict(serve_over_http(pipeline, image_server))
     first = pipeline.tick("card_created_sensor").run_requests[0]
-    image_server.status[names[_batch_cards(pipeline, first.partition_key)[1]]] = 403  # the batch's second card
+    image_server.status[names[stored_batch(pipeline, first.partition_key).card_ids[1]]] = 403  # the batch's second card
     assert pipeline.run(first.partition_key, tags=dict(first.tags)).success
     with session_scope(pipeline.engine) as session:
         trip = current_open_trip(session)
