@@ -142,7 +142,8 @@ def test_a_403_trips_at_once_holds_every_tick_and_resumes_only_after_ack(
     monkeypatch.setenv("STAGE_E_STREAMING_ENABLED", "true")
     monkeypatch.setenv("STAGE_E_MICRO_BATCH_SIZE", "3")
     # Serve every card over HTTP; the image host refuses the second card of the first batch.
-    from .test_dispatch_invariants import batch as stored_batch, serve_over_http  # it imports this module's helpers
+    from .test_dispatch_invariants import batch as stored_batch  # it imports this module's helpers
+    from .test_dispatch_invariants import serve_over_http
 
     names = dict(serve_over_http(pipeline, image_server))
     result = pipeline.tick("card_created_sensor")
@@ -256,7 +257,8 @@ def test_a_batch_a_trip_stopped_early_reads_stopped_with_cards_done_of_cards_hel
     pipeline: Pipeline, image_server: ImageServer, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setenv("STAGE_E_STREAMING_ENABLED", "true")
-    from .test_dispatch_invariants import batch as stored_batch, serve_over_http  # it imports this module's helpers
+    from .test_dispatch_invariants import batch as stored_batch  # it imports this module's helpers
+    from .test_dispatch_invariants import serve_over_http
 
     monkeypatch.setenv("STAGE_E_MICRO_BATCH_SIZE", "3")
     names = dict(serve_over_http(pipeline, image_server))
