@@ -16,7 +16,7 @@ from dagster import AssetObservation, DagsterInstance, DagsterRun, RunsFilter
 
 from ..catalog.engine import session_scope
 from ..catalog.models import MicroBatch
-from ..dispatch.batches import fail_and_retry, renew_lease, request_again
+from ..dispatch.batches import fail_and_retry, lease_renewal_due, renew_lease, request_again
 from ..dispatch.sweep import SWEEP_TRIGGER
 from ..settings import Settings
 from .dagster_internals import backfill_is_requested
@@ -86,8 +86,9 @@ def reconcile(instance: DagsterInstance, engine: sa.Engine, settings: Settings, 
     for batch in batches:
         its_runs = runs.get(batch.batch_key, [])
         if any(run.status in ACTIVE_STATUSES for run in its_runs):
-            with session_scope(engine) as session:
-                renew_lease(session, batch.batch_key, until=lease)
+            if lease_renewal_due(batch, until=lease, now=now):
+                with session_scope(engine) as session:
+                    renew_lease(session, batch.batch_key, until=lease, now=now)
             continue
         ended = [run for run in its_runs if run.status in ENDED]
         settled = False
@@ -117,8 +118,9 @@ def reconcile(instance: DagsterInstance, engine: sa.Engine, settings: Settings, 
             continue
         owned_by_sweep = batch.trigger_reason == SWEEP_TRIGGER and batch.backfill_id and batch.attempt == 1
         if owned_by_sweep and not ended and _backfill_launching(instance, batch.backfill_id, backfills):
-            with session_scope(engine) as session:
-                renew_lease(session, batch.batch_key, until=lease)
+            if lease_renewal_due(batch, until=lease, now=now):
+                with session_scope(engine) as session:
+                    renew_lease(session, batch.batch_key, until=lease, now=now)
             continue
         needs_request = (
             batch.requested_at is None or batch.requested_at < now - REQUEST_GRACE or bool(ended) or owned_by_sweep

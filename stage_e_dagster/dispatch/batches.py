@@ -188,17 +188,40 @@ def mark_succeeded(
     return done
 
 
-def renew_lease(session: Session, batch_key: str, *, until: datetime, now: datetime | None = None) -> None:
-    """The batch is waiting or running under a live run: push its lease and its claims to ``until``,
-    and shrink it to the cards it still holds (a card another batch claimed meanwhile is that batch's)."""
+def lease_renewal_due(batch: MicroBatch, *, until: datetime, now: datetime) -> bool:
+    """Whether :func:`renew_lease` to ``until`` would renew the batch as read: a tick skips the write
+    transaction for a batch whose lease has more than half of its life left."""
+    return batch.lease_expires_at is None or batch.lease_expires_at < _half_life(until, now)
+
+
+def _half_life(until: datetime, now: datetime) -> datetime:
+    return now + (until - now) / 2
+
+
+def renew_lease(session: Session, batch_key: str, *, until: datetime, now: datetime | None = None) -> bool:
+    """The batch is waiting or running under a live run: once less than half of a lease to ``until``
+    is left, push its lease and its claims to ``until`` and shrink it to the cards it still holds (a
+    card another batch claimed meanwhile is that batch's). Returns whether it renewed.
+
+    At half-life, not every tick: a drain's ticks would otherwise rewrite every claim of every batch
+    in flight each pass, and a run's lease (its whole maximum runtime) would be cut to ``until``.
+    While more than half is left its claims, which last as long, keep the cards from any other
+    batch, so there is nothing to shrink. A compare-and-set on the lease: two evaluators renew once."""
+    now = now or utcnow()
+    half_life = _half_life(until, now)
     renewed = session.execute(
         sa.update(MicroBatch)
-        .where(MicroBatch.batch_key == batch_key, MicroBatch.status.in_(IN_FLIGHT))
+        .where(
+            MicroBatch.batch_key == batch_key,
+            MicroBatch.status.in_(IN_FLIGHT),
+            sa.or_(MicroBatch.lease_expires_at.is_(None), MicroBatch.lease_expires_at < half_life),
+        )
         .values(lease_expires_at=until)
         .execution_options(synchronize_session=False)
     ).rowcount
     if renewed:
-        _shrink_to_held(session, batch_key, expires_at=until, now=now or utcnow())
+        _shrink_to_held(session, batch_key, expires_at=until, now=now)
+    return bool(renewed)
 
 
 def _shrink_to_held(session: Session, batch_key: str, *, expires_at: datetime, now: datetime) -> list[int]:

@@ -175,6 +175,34 @@ def _run_holding(pipeline: Pipeline, batch_key: str) -> DagsterRun:
     return run
 
 
+def test_a_tick_renews_a_running_batch_only_once_half_its_lease_is_gone(pipeline: Pipeline) -> None:
+    """Every tick used to rewrite every claim of a batch in flight (500 rows a batch per pass in a
+    drain) and cut a run's lease, taken for its whole maximum runtime, down to the claim TTL."""
+    key = pipeline.tick("card_created_sensor").run_requests[0].partition_key
+    _run_holding(pipeline, key)  # lease and claims for an hour, more than twice the claim TTL
+
+    def lease_and_claims() -> tuple[object, list[object]]:
+        with session_scope(pipeline.engine) as session:
+            batch = session.get(MicroBatch, key)
+            claims = session.execute(sa.select(CardClaim.expires_at).where(CardClaim.batch_key == key)).scalars()
+            return batch.lease_expires_at, sorted(claims)
+
+    taken = lease_and_claims()
+    pipeline.tick("card_created_sensor")
+    assert lease_and_claims() == taken  # more than half left: nothing written
+
+    ttl = load_settings().claim_ttl_s
+    with session_scope(pipeline.engine) as session:  # the hour has run down to under half the TTL
+        soon = utcnow() + timedelta(seconds=ttl / 2 - 60)
+        session.get(MicroBatch, key).lease_expires_at = soon
+        session.execute(sa.update(CardClaim).where(CardClaim.batch_key == key).values(expires_at=soon))
+    pipeline.tick("card_created_sensor")
+    lease, claims = lease_and_claims()
+    fresh = utcnow() + timedelta(seconds=ttl)
+    assert abs((lease - fresh).total_seconds()) < 60
+    assert len(claims) == len(taken[1]) and all(abs((c - fresh).total_seconds()) < 60 for c in claims)
+
+
 def test_a_run_cancelled_for_its_max_runtime_spends_an_attempt_and_a_hanging_card_is_parked(
     pipeline: Pipeline, monkeypatch: pytest.MonkeyPatch
 ) -> None:
