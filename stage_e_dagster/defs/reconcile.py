@@ -86,9 +86,7 @@ def reconcile(instance: DagsterInstance, engine: sa.Engine, settings: Settings, 
     for batch in batches:
         its_runs = runs.get(batch.batch_key, [])
         if any(run.status in ACTIVE_STATUSES for run in its_runs):
-            if lease_renewal_due(batch, until=lease, now=now):
-                with session_scope(engine) as session:
-                    renew_lease(session, batch.batch_key, until=lease, now=now)
+            _renew(engine, batch, until=lease, now=now)
             continue
         ended = [run for run in its_runs if run.status in ENDED]
         settled = False
@@ -118,9 +116,7 @@ def reconcile(instance: DagsterInstance, engine: sa.Engine, settings: Settings, 
             continue
         owned_by_sweep = batch.trigger_reason == SWEEP_TRIGGER and batch.backfill_id and batch.attempt == 1
         if owned_by_sweep and not ended and _backfill_launching(instance, batch.backfill_id, backfills):
-            if lease_renewal_due(batch, until=lease, now=now):
-                with session_scope(engine) as session:
-                    renew_lease(session, batch.batch_key, until=lease, now=now)
+            _renew(engine, batch, until=lease, now=now)
             continue
         needs_request = (
             batch.requested_at is None or batch.requested_at < now - REQUEST_GRACE or bool(ended) or owned_by_sweep
@@ -128,6 +124,13 @@ def reconcile(instance: DagsterInstance, engine: sa.Engine, settings: Settings, 
         if needs_request:
             _request(engine, settings, batch, now, done)
     return done
+
+
+def _renew(engine: sa.Engine, batch: MicroBatch, *, until: datetime, now: datetime) -> None:
+    """Renew the batch's lease if it is due as read; most ticks of a drain open no write transaction."""
+    if lease_renewal_due(batch, until=until, now=now):
+        with session_scope(engine) as session:
+            renew_lease(session, batch.batch_key, until=until, now=now)
 
 
 def _request(engine: sa.Engine, settings: Settings, seen: MicroBatch, now: datetime, done: Reconciled) -> None:

@@ -198,10 +198,10 @@ def _half_life(until: datetime, now: datetime) -> datetime:
     return now + (until - now) / 2
 
 
-def renew_lease(session: Session, batch_key: str, *, until: datetime, now: datetime | None = None) -> bool:
+def renew_lease(session: Session, batch_key: str, *, until: datetime, now: datetime | None = None) -> None:
     """The batch is waiting or running under a live run: once less than half of a lease to ``until``
     is left, push its lease and its claims to ``until`` and shrink it to the cards it still holds (a
-    card another batch claimed meanwhile is that batch's). Returns whether it renewed.
+    card another batch claimed meanwhile is that batch's).
 
     At half-life, not every tick: a drain's ticks would otherwise rewrite every claim of every batch
     in flight each pass, and a run's lease (its whole maximum runtime) would be cut to ``until``.
@@ -221,7 +221,6 @@ def renew_lease(session: Session, batch_key: str, *, until: datetime, now: datet
     ).rowcount
     if renewed:
         _shrink_to_held(session, batch_key, expires_at=until, now=now)
-    return bool(renewed)
 
 
 def _shrink_to_held(session: Session, batch_key: str, *, expires_at: datetime, now: datetime) -> list[int]:
