@@ -9,7 +9,7 @@ from .defs.assets import stage_c_evidence, stage_d_verdicts
 from .defs.checks import no_open_trip
 from .defs.envelope_asset import stage_e_envelope
 from .defs.jobs import stage_e_dispatch
-from .defs.resources import StageEResource
+from .defs.resources import LOCATION_RESOURCE
 from .defs.sensors.backstop_sweep import backstop_sweep_sensor
 from .defs.sensors.card_created import card_created_sensor
 from .defs.sensors.envelope_trip import envelope_trip_sensor
@@ -27,7 +27,7 @@ defs = Definitions(
         backstop_sweep_sensor,
         retention_sensor,
     ],
-    resources={"stage_e": StageEResource()},
+    resources={"stage_e": LOCATION_RESOURCE},
     # The code location's default: a sweep's backfill runs (the implicit asset job) run in one process,
     # as dispatch runs do, instead of starting a subprocess per step.
     executor=in_process_executor,

@@ -41,3 +41,9 @@ class StageEResource(ConfigurableResource):
         from ..stage_c.fetch import ImageFetcher  # HTTP (httpx, which pulls in Rich) only in a run that fetches
 
         return ImageFetcher.from_settings(settings, engine_for(settings.database_url))
+
+
+# The code location's resource: ``definitions.py`` binds it as ``stage_e``, and the sensors, which
+# declare no resource (``defs/sensor_context.py``), use it as it is. It carries no Dagster config
+# (everything is read from ``STAGE_E_*`` when a tick or run asks), so it is the same as Dagster's copy.
+LOCATION_RESOURCE = StageEResource()

@@ -6,7 +6,7 @@ Ships stopped; start it in the UI or with ``dagster sensor start backstop_sweep_
 from dagster import DefaultSensorStatus, SensorEvaluationContext, SkipReason, sensor
 
 from ..heartbeat import beat
-from ..resources import StageEResource
+from ..sensor_context import sensor_instance, sensor_resource
 from ..sweep import SweepRefused, launch_sweep
 
 DAY = 24 * 60 * 60
@@ -18,12 +18,12 @@ SWEEP_MAX_BATCHES = 400
     default_status=DefaultSensorStatus.STOPPED,
     description="Daily backstop: walks the whole backlog and launches it as one backfill of micro-batches.",
 )
-def backstop_sweep_sensor(context: SensorEvaluationContext, stage_e: StageEResource) -> SkipReason:
+def backstop_sweep_sensor(context: SensorEvaluationContext) -> SkipReason:
+    stage_e = sensor_resource(context)
     beat(context, stage_e, sensor_name="backstop_sweep_sensor", interval_s=DAY)
     try:
-        launch = launch_sweep(
-            context.instance, context.repository_def.asset_graph, stage_e.settings(), max_batches=SWEEP_MAX_BATCHES
-        )
+        launch = launch_sweep(sensor_instance(context), context.repository_def.asset_graph, stage_e.settings(),
+                              max_batches=SWEEP_MAX_BATCHES)
     except SweepRefused as refused:
         return SkipReason(str(refused))
     if launch.backfill_id is None:

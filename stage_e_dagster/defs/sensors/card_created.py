@@ -15,7 +15,7 @@ from dagster import DefaultSensorStatus, SensorEvaluationContext, SensorResult, 
 from ...catalog.backlog import STAGE_C_PENDING
 from ..heartbeat import beat
 from ..jobs import stage_e_dispatch
-from ..resources import StageEResource
+from ..sensor_context import sensor_resource
 from .dispatching import EVERY_DAEMON_PASS_S, dispatch_tick
 
 INTERVAL_S = EVERY_DAEMON_PASS_S
@@ -30,7 +30,8 @@ INTERVAL_S = EVERY_DAEMON_PASS_S
         "Skips while streaming is off."
     ),
 )
-def card_created_sensor(context: SensorEvaluationContext, stage_e: StageEResource) -> SensorResult | SkipReason:
+def card_created_sensor(context: SensorEvaluationContext) -> SensorResult | SkipReason:
+    stage_e = sensor_resource(context)
     beat(context, stage_e, sensor_name="card_created_sensor", interval_s=INTERVAL_S)
     return dispatch_tick(
         context, stage_e, predicate=STAGE_C_PENDING, trigger_reason="card-created", owns_reconcile=True,

@@ -36,6 +36,7 @@ from ..hold import active_dispatch_runs, apply_pool_setting, hold_dispatch, rele
 from ..partitions import micro_batches
 from ..reconcile import Reconciled, reconcile
 from ..resources import StageEResource
+from ..sensor_context import sensor_instance
 from ..tags import dispatch_tags
 
 # How often the dispatch and envelope sensors may tick: every pass of the sensor daemon. Its loop
@@ -73,7 +74,7 @@ def dispatch_tick(
     if not settings.streaming_enabled:
         return SkipReason(FLAG_OFF)
     engine = stage_e.engine()
-    instance = context.instance
+    instance = sensor_instance(context)
     with session_scope(engine) as session:
         verdict = check_gate(session, settings)
     if not verdict.allowed:

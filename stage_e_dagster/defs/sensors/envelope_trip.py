@@ -46,8 +46,8 @@ from ..checks import trip_verdict
 from ..envelope_asset import read_envelope
 from ..heartbeat import beat
 from ..hold import hold_dispatch, is_dispatch_run, release_hold
-from ..resources import StageEResource
 from ..run_ends import ENDED, settle_run_end
+from ..sensor_context import sensor_instance, sensor_resource
 from .dispatching import EVERY_DAEMON_PASS_S
 
 INTERVAL_S = EVERY_DAEMON_PASS_S
@@ -122,14 +122,15 @@ def _report_outbox(engine: sa.Engine, reported: list[int]) -> tuple[list[AssetOb
     default_status=DefaultSensorStatus.RUNNING,
     description="Sees dispatch runs end: ledger entries for failures, retries, trips over a bar, and the hold.",
 )
-def envelope_trip_sensor(context: SensorEvaluationContext, stage_e: StageEResource) -> SensorResult:
+def envelope_trip_sensor(context: SensorEvaluationContext) -> SensorResult:
+    stage_e = sensor_resource(context)
     beat(context, stage_e, sensor_name="envelope_trip_sensor", interval_s=INTERVAL_S)
     settings = stage_e.settings()
     if not settings.streaming_enabled:
         return SensorResult(skip_reason=FLAG_OFF)
     engine = stage_e.engine()
     ceilings = Ceilings.from_settings(settings)
-    instance = context.instance
+    instance = sensor_instance(context)
     memory = _load_cursor(context.cursor)
     tick_at = time.time()
     previous_tick, reported_check = memory.get("tick"), memory.get("check")

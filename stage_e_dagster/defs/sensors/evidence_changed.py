@@ -10,7 +10,7 @@ from dagster import DefaultSensorStatus, SensorEvaluationContext, SensorResult, 
 from ...catalog.backlog import STAGE_D_PENDING
 from ..heartbeat import beat
 from ..jobs import stage_e_dispatch
-from ..resources import StageEResource
+from ..sensor_context import sensor_resource
 from .dispatching import EVERY_DAEMON_PASS_S, dispatch_tick
 
 INTERVAL_S = EVERY_DAEMON_PASS_S
@@ -22,7 +22,8 @@ INTERVAL_S = EVERY_DAEMON_PASS_S
     default_status=DefaultSensorStatus.RUNNING,
     description="Runs Stage D again for unclaimed cards whose evidence changed since their last Stage D pass.",
 )
-def evidence_changed_sensor(context: SensorEvaluationContext, stage_e: StageEResource) -> SensorResult | SkipReason:
+def evidence_changed_sensor(context: SensorEvaluationContext) -> SensorResult | SkipReason:
+    stage_e = sensor_resource(context)
     beat(context, stage_e, sensor_name="evidence_changed_sensor", interval_s=INTERVAL_S)
     return dispatch_tick(
         context,

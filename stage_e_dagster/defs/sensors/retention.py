@@ -24,8 +24,8 @@ from ...envelope.fetch_window import prune_fetch_outcomes
 from ..abandoned import abandoned_partitions, dump_cursor, load_cursor
 from ..heartbeat import beat
 from ..partitions import micro_batches
-from ..resources import StageEResource
 from ..retention import expired_batches, forget_batches
+from ..sensor_context import sensor_instance, sensor_resource
 
 BATCHES_PER_TICK = 500
 INTERVAL_S = 60
@@ -38,19 +38,21 @@ FETCH_WINDOWS_KEPT = 2
     default_status=DefaultSensorStatus.RUNNING,
     description="Deletes finished micro-batches past STAGE_E_RETENTION_DAYS (partition, then row), old fetch outcomes.",
 )
-def retention_sensor(context: SensorEvaluationContext, stage_e: StageEResource) -> SensorResult:
+def retention_sensor(context: SensorEvaluationContext) -> SensorResult:
+    stage_e = sensor_resource(context)
     beat(context, stage_e, sensor_name="retention_sensor", interval_s=INTERVAL_S)
     settings = stage_e.settings()
     if not settings.streaming_enabled:
         return SensorResult(skip_reason=FLAG_OFF)
     keep = FETCH_WINDOWS_KEPT * settings.fetch_failure_window
     cutoff = utcnow() - timedelta(days=settings.retention_days)
+    instance = sensor_instance(context)
     with session_scope(stage_e.engine()) as session:
-        expired = expired_batches(session, context.instance, finished_before=cutoff, limit=BATCHES_PER_TICK)
+        expired = expired_batches(session, instance, finished_before=cutoff, limit=BATCHES_PER_TICK)
         forgotten = forget_batches(session, expired.unpartitioned)
         pruned = prune_fetch_outcomes(session, keep)
         abandoned = abandoned_partitions(
-            session, context.instance, after=load_cursor(context.cursor), now=utcnow(), limit=BATCHES_PER_TICK
+            session, instance, after=load_cursor(context.cursor), now=utcnow(), limit=BATCHES_PER_TICK
         )
     summary = (
         f"finished batches older than {settings.retention_days} day(s): "
