@@ -61,4 +61,24 @@ def test_loading_the_code_location_imports_neither_opencv_nor_tesseract_nor_the_
 def test_the_probe_sees_a_stage_that_does_import_them() -> None:
     """The same probe after importing Stage C's entry point: the check above can fail."""
     loaded = loaded_after("import stage_e_dagster.stage_c.run")
-    assert "cv2" in loaded and "httpx" in loaded and "stage_e_dagster.stage_c.run" in loaded
+    assert "cv2" in loaded and "stage_e_dagster.stage_c.run" in loaded
+
+
+LOCAL_FETCH = """
+import pathlib, tempfile
+from stage_e_dagster.stage_c.fetch import ImageFetcher
+root = pathlib.Path(tempfile.mkdtemp())
+(root / "card.png").write_bytes(b"not really a png")
+fetcher = ImageFetcher(engine=None, image_roots=[root], allowed_hosts=["127.0.0.1"], timeout_s=1.0,
+                       max_bytes=1000, rate_per_sec=10.0)
+assert fetcher.fetch((root / "card.png").as_uri()).outcome == "ok"
+{then}
+fetcher.close()
+"""
+
+
+def test_a_run_over_local_uploads_never_loads_the_http_client() -> None:
+    """httpx (and the Rich it pulls in) costs a run 0.2 s before its first card; only a URL needs it."""
+    assert "httpx" not in loaded_after(LOCAL_FETCH.format(then=""))
+    # The same probe with one URL fetched (nothing listens on port 9; the refusal is the answer).
+    assert "httpx" in loaded_after(LOCAL_FETCH.format(then="fetcher.fetch('http://127.0.0.1:9/card.png')"))
