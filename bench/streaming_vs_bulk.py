@@ -267,8 +267,7 @@ def drain_with_daemon(side: Side, folder: Path, timeout_s: float, trickle: list[
     instance.dispose()
     reader.dispose()
     return StreamDrain(cards, drained_at - started, drained_at - (first_start or started), first_created - started,
-                       len(records), failed,
-                       samples, latencies)
+                       len(records), failed, samples, latencies)
 
 
 def trickle_latencies(url: str, rows: list[dict[str, object]], every_s: float, daemon: subprocess.Popen[bytes],
