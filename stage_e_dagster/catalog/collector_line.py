@@ -87,3 +87,186 @@ def formats_for_frame(frame: str | None) -> tuple[CollectorFormat, ...]:
 def prints_number(frame: str | None) -> bool:
     """Whether a card of this frame prints a collector number at all (unknown frames may)."""
     return any(f.number_forms for f in formats_for_frame(frame))
+
+
+# --- Parsing text lines -----------------------------------------------------------------------------
+#
+# A scene-text reader hands over whole printed lines (boxes on one line already joined), not pixels.
+# The parse below finds the collector line's parts in them, by the formats above, and says which form
+# gave the number; it never decides alone: the calculators confirm every reading against the catalogue.
+
+# Printed language codes and the catalogue's (Scryfall's) codes for them.
+PRINTED_LANGUAGES: dict[str, str] = {
+    "EN": "en", "DE": "de", "FR": "fr", "IT": "it", "SP": "es", "ES": "es", "PT": "pt", "JP": "ja", "JA": "ja",
+    "RU": "ru", "KO": "ko", "KR": "ko", "CS": "zhs", "CT": "zht", "ZH": "zhs", "PH": "ph",
+}
+# A number over a total below this is power and toughness ("4/3", "12/12"), not a set's printed size.
+MIN_PRINTED_TOTAL = 20
+# Bullets, stars and the marks OCR reads for them, between the set code and the language.
+_SEPARATOR = r"[\s\u2022\u00b7\u2605\u2606*\-.,:;\u00bb\u00ab'`\"~+=_|]*"
+_LANG_ALT = "|".join(sorted(PRINTED_LANGUAGES, key=len, reverse=True))
+# The set code and language as one token: "BFZ • EN", "BFZ·EN", "KHM-EN", "C16 * JP", "SOI·ENVINCENT"
+# (the artist glued on: after the language comes anything but a lower-case letter).
+SET_AND_LANGUAGE = re.compile(
+    rf"(?<![A-Za-z0-9])([A-Z0-9]{{2,5}}){_SEPARATOR}({_LANG_ALT})(?![a-z])"
+)
+# Number over total, an optional rarity letter after: "171/274 C", "O41/281".
+_SLASH = re.compile(r"(?<![0-9A-Za-z/+\-])([0-9OoIlSB]{1,4}[a-z]?)\s*[/|\\]\s*([0-9OoIlSB]{2,4})(?![0-9])")
+# A rarity letter then the 2023+ four-digit number: "R 0335", "L 0193".
+# (Not the start of a year range: "C 1993-2012" is a legal line.)
+_RARITY_FOUR = re.compile(rf"(?<![A-Za-z0-9])[{RARITY_LETTERS}]\s*[^\sA-Za-z0-9]?\s*([0-9OIlSB]{{4}}[a-z]?)(?![0-9])"
+                          r"(?!\s*[-\u2013]\s*(?:19|20)\d{2})")
+# A lone number and a rarity letter, on a line of its own or before the set token: "311 R".
+_LONE_NUMBER = re.compile(rf"(?<![0-9A-Za-z/])([0-9]{{1,4}}[a-z]?)\s+[{RARITY_LETTERS}](?![A-Za-z0-9])")
+# The legal line: a line holding one of these words or marks.
+_LEGAL = re.compile(r"wizards|coast|\bllc\b|\binc\b|\u00a9|\(c\)|\u2122|\bTM\b", re.IGNORECASE)
+# ("01993": a copyright mark read as a zero.)
+_YEAR = re.compile(r"(?<![1-9])(?:19|20)\d{2}(?:\s*[-\u2013]\s*(?:19|20)\d{2})?(?!\d)")
+# The number at the very end of a legal line, with no total (the total cut off): "... LLC 91".
+_TRAILING_NUMBER = re.compile(r"(?<![0-9/])([0-9]{1,3}[a-z]?)\s*$")
+# On the legal line the number may be glued to the word before it ("L1.C230/249" for "LLC 230/249").
+_LEGAL_SLASH = re.compile(r"([0-9OIlSB]{1,4}[a-z]?)\s*[/|\\]\s*([0-9OoIlSB]{2,4})(?![0-9])")
+
+FORM_SLASH = "slash"           # number over the set's printed total
+FORM_RARITY = "rarity"         # 2023+: rarity letter and four digits
+FORM_LONE = "lone"             # a number and a rarity letter beside the set-and-language token
+FORM_LEGAL = "legal-line"      # 2003-2014: the number at the end of the legal line
+
+
+@dataclass(frozen=True)
+class LineParse:
+    """What the collector end's lines say: the number and how it was printed, the set code and
+    language (as the catalogue names them), and the printed total."""
+
+    number: str | None = None
+    form: str | None = None
+    total: int | None = None
+    set_code: str | None = None
+    set_code_known: bool = False
+    set_code_repaired: bool = False
+    language: str | None = None
+
+    @property
+    def read_anything(self) -> bool:
+        return self.number is not None or self.set_code is not None
+
+
+def number_key(raw: str) -> str:
+    """A printed number as the catalogue compares it: look-alike letters as digits, no leading zeros."""
+    digits = raw.replace(" ", "").translate(DIGIT_LOOKALIKES).lower()
+    return digits.lstrip("0") or "0"
+
+
+def _total(raw: str) -> int | None:
+    digits = raw.translate(DIGIT_LOOKALIKES)
+    return int(digits) if digits.isdigit() else None
+
+
+def _set_and_language(rows: list[str], set_codes: frozenset[str] | None) -> tuple[int, str, bool, bool, str] | None:
+    """(row index, set code, known, repaired, language) of the first set-and-language token whose code
+    the catalogue knows as printed; failing that, one that exactly one look-alike repair makes known;
+    failing that, the first token seen (unknown)."""
+    found: list[tuple[int, str, str]] = []
+    for i, row in enumerate(rows):
+        for match in SET_AND_LANGUAGE.finditer(row):
+            code, lang = match.group(1), match.group(2)
+            if code in PRINTED_LANGUAGES or code in ("TM", "LLC", "INC"):
+                continue
+            found.append((i, code.lower(), PRINTED_LANGUAGES[lang]))
+    if not found:
+        return None
+    if set_codes is None:
+        i, code, lang = found[0]
+        return i, code, False, False, lang
+    for i, code, lang in found:
+        if code in set_codes:
+            return i, code, True, False, lang
+    for i, code, lang in found:
+        repaired = repair_code(code, set_codes)
+        if repaired is not None:
+            return i, repaired, True, True, lang
+    i, code, lang = found[0]
+    return i, code, False, False, lang
+
+
+# Glyphs a set code's letters and digits are misread as, each way.
+_CODE_CONFUSIONS = {"0": "o", "o": "0q", "1": "il", "i": "1l", "l": "1i", "5": "s", "s": "5", "8": "b", "b": "8",
+                    "2": "z", "z": "2", "6": "g", "g": "6", "u": "v", "v": "u"}
+
+
+def repair_code(code: str, set_codes: frozenset[str]) -> str | None:
+    """The one known set code ``code`` becomes by swapping a single look-alike glyph; None when none
+    or several do (a repair that could go two ways is no reading)."""
+    fits = {code[:i] + alt + code[i + 1:] for i, ch in enumerate(code) for alt in _CODE_CONFUSIONS.get(ch, "")}
+    known = fits & set_codes
+    return next(iter(known)) if len(known) == 1 else None
+
+
+def parse_collector_rows(rows: list[str], set_codes: frozenset[str] | None = None) -> LineParse:
+    """The collector line's parts from the rows of the card's collector end (each row one printed
+    line, boxes joined left to right). Forms, in the order tried: number over total (a total below
+    ``MIN_PRINTED_TOTAL`` is power and toughness), rarity letter and four digits, a number and a rarity
+    letter beside the set-and-language token, and the number at the end of the legal line."""
+    token = _set_and_language(rows, set_codes)
+    set_code = language = None
+    known = repaired = False
+    token_row = None
+    if token is not None:
+        token_row, set_code, known, repaired, language = token
+    number = form = None
+    total: int | None = None
+    for row in rows:
+        for match in _SLASH.finditer(row):
+            read_total = _total(match.group(2))
+            if read_total is not None and read_total >= MIN_PRINTED_TOTAL:
+                number, form, total = number_key(match.group(1)), FORM_SLASH, read_total
+                break
+        if number is not None:
+            break
+    if number is None:
+        for row in rows:
+            for match in _RARITY_FOUR.finditer(row):
+                # "M & 1993-2010 Wizards": a year on the legal line is no four-digit number.
+                if _LEGAL.search(row) and _YEAR.fullmatch(match.group(1)) is not None:
+                    continue
+                number, form = number_key(match.group(1)), FORM_RARITY
+                break
+            if number is not None:
+                break
+    if number is None and token_row is not None:
+        nearby = [rows[i] for i in (token_row - 1, token_row) if 0 <= i < len(rows)]
+        for row in nearby:
+            match = _LONE_NUMBER.search(row)
+            if match is not None:
+                number, form = number_key(match.group(1)), FORM_LONE
+                break
+    if number is None:
+        for row in rows:
+            year = _YEAR.search(row)
+            # A range of years ("1993-2009") is printed nowhere else, so it marks the line too.
+            if year is None or not (_LEGAL.search(row) or "-" in year.group(0) or "\u2013" in year.group(0)):
+                continue
+            rest = row[year.end():]
+            glued = next((m for m in _LEGAL_SLASH.finditer(rest)
+                          if (_total(m.group(2)) or 0) >= MIN_PRINTED_TOTAL), None)
+            if glued is not None:
+                number, form, total = number_key(glued.group(1)), FORM_SLASH, _total(glued.group(2))
+                break
+            match = _TRAILING_NUMBER.search(rest)
+            if match is not None:
+                number, form = number_key(match.group(1)), FORM_LEGAL
+                break
+    return LineParse(number, form, total, set_code, known, repaired, language)
+
+
+_WIZARDS = re.compile(r"wizards", re.IGNORECASE)
+
+
+def shows_several_cards(rows: list[str], set_codes: frozenset[str] | None) -> bool:
+    """Whether the collector end's rows hold the bottom lines of more than one card: two set-and-
+    language tokens of known sets ("KARL KO" is an artist, not a set), or two legal lines
+    ("Wizards of the Coast"), where one card prints one."""
+    tokens = sum(1 for row in rows for m in SET_AND_LANGUAGE.finditer(row)
+                 if set_codes is not None and m.group(1).lower() in set_codes)
+    legal = sum(len(_WIZARDS.findall(row)) for row in rows)
+    return tokens >= 2 or legal >= 2

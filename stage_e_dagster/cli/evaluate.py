@@ -60,13 +60,14 @@ def by_table(rows: list[dict[str, Any]]) -> Table:
 
 def photo_table(results: list[PhotoResult]) -> Table:
     grid = Table(title="Photos")
-    for column in ("file", "label", "read", "number", "set", "join key", "votes", "wrong"):
+    for column in ("file", "label", "read", "number", "set", "join key", "fallback", "votes", "wrong"):
         grid.add_column(column, overflow="fold")
     for r in results:
         read = f"{r.read_set or '-'}/{r.read_number or '-'}"
-        grid.add_row(r.label.file, f"{r.label.set_code}/{r.label.number}", read,
+        kind = " (several)" if r.label.multi else " (render)" if r.label.render else ""
+        grid.add_row(r.label.file + kind, f"{r.label.set_code}/{r.label.number}", read,
                      "right" if r.number_right else "wrong", "right" if r.set_right else "wrong",
-                     r.outcome or "-", ", ".join(r.votes) or "-", str(r.wrong_votes))
+                     r.outcome or "-", r.fallback or "-", ", ".join(r.votes) or "-", str(r.wrong_votes))
     return grid
 
 
@@ -80,7 +81,8 @@ def evaluate_folder(folder: Path, labels: Path | None, as_json: bool) -> None:
         typer.echo(json.dumps({"totals": totals, "photos": [
             {"file": r.label.file, "set": r.label.set_code, "collector_number": r.label.number,
              "read_set": r.read_set, "read_number": r.read_number, "number_right": r.number_right,
-             "set_right": r.set_right, "join_key": r.outcome, "votes": r.votes, "wrong_votes": r.wrong_votes}
+             "set_right": r.set_right, "join_key": r.outcome, "fallback": r.fallback, "votes": r.votes,
+             "wrong_votes": r.wrong_votes, "several_cards": r.label.multi, "render": r.label.render}
             for r in results]}, sort_keys=True))
         return
     console = Console()

@@ -2,11 +2,16 @@
 
 The folder holds the images and ``labels.csv`` with one row per photo: ``file``, ``set``,
 ``collector_number``, ``lang``, ``name`` (optionally ``artist``, ``border_color``,
-``printed_collector_text``, ``released``, ``frame``). The catalogue is built from the labels
-alone, in a new SQLite file: each photo's true printing plus decoys beside it (its The List
-reprint, the same name under the same number in another set, a neighbour in the same set), so a
-careless vote has somewhere wrong to go. The real Stage C then Stage D run on the photos, and
-each photo's readings, its join-key outcome and its votes are compared with its label.
+``printed_collector_text``, ``released``, ``frame``, ``orientation``). The catalogue is built from
+the labels alone, in a new SQLite file: each labelled printing once, plus decoys beside it (its The
+List reprint, the same name under the same number in another set, a neighbour in the same set)
+wherever that slot is free, so a careless vote has somewhere wrong to go. The real Stage C then
+Stage D run on the photos, and each photo's readings, its join-key outcome and its votes are
+compared with its label.
+
+Several photos may show one printing; a photo of several cards has one row per card (its
+``orientation`` starts with ``MULTI``) and is one upload, scored as an abstention with its reason:
+any vote on it is wrong; a digital render is flagged (``RENDER``) and read like a photo.
 """
 
 from __future__ import annotations
@@ -26,7 +31,7 @@ from ..catalog.engine import make_engine
 from ..catalog.evidence_facts import present_evidence
 from ..catalog.migrate import upgrade
 from ..catalog.models import Card, Expansion, Printing, PrintingVote, ScanLog
-from ..stage_d.agents import JOIN_KEY_AGENT
+from ..stage_d.agents import FALLBACK_AGENT, JOIN_KEY_AGENT
 from ..stage_d.names import normalize_collector_number, normalize_name
 from .labels import LabelFileError
 
@@ -45,11 +50,32 @@ class PhotoLabel:
     number: str
     lang: str
     name: str
+    printed_name: str | None = None
     artist: str | None = None
     border: str | None = None
     printed_text: str = ""
     released: date | None = None
     frame: str | None = None
+    orientation: str = ""
+
+    @property
+    def multi(self) -> bool:
+        """One card of a photo of several."""
+        return self.orientation.upper().startswith("MULTI")
+
+    @property
+    def render(self) -> bool:
+        return self.orientation.upper().startswith("RENDER")
+
+    @property
+    def prints_number(self) -> bool:
+        """The photo shows a legible collector number: not an old frame that prints none, nor a line
+        the labeller could not read ("(none printed) ...", "(mostly illegible ...)")."""
+        return bool(self.number) and not self.printed_text.strip().startswith("(")
+
+    @property
+    def prints_set_code(self) -> bool:
+        return self.prints_number and self.set_code.upper() in self.printed_text.upper()
 
     @property
     def printed_total(self) -> int | None:
@@ -63,6 +89,7 @@ class PhotoResult:
     read_set: str | None = None
     read_number: str | None = None
     outcome: str | None = None          # the join key's scan-log reason, or "vote"
+    fallback: str | None = None         # the fallback's scan-log reason, when it looked
     votes: list[str] = field(default_factory=list)   # "set/number" or "no-match", per machine vote
     wrong_votes: int = 0
 
@@ -96,11 +123,13 @@ def load_photo_labels(path: Path) -> list[PhotoLabel]:
         labels.append(PhotoLabel(
             file=row["file"].strip(), set_code=row["set"].strip().lower(),
             number=(row.get("collector_number") or "").strip(), lang=(row.get("lang") or "en").strip().lower(),
-            name=row["name"].strip(), artist=(row.get("artist") or "").strip() or None,
+            name=row["name"].strip(), printed_name=(row.get("printed_name") or "").strip() or None,
+            artist=(row.get("artist") or "").strip() or None,
             border=(row.get("border_color") or "").strip() or None,
             printed_text=row.get("printed_collector_text") or "",
             released=date.fromisoformat(released) if released else None,
             frame=(row.get("frame") or "").strip() or None,
+            orientation=(row.get("orientation") or "").strip(),
         ))
     return labels
 
@@ -116,10 +145,12 @@ def _inferred_frame(label: PhotoLabel) -> str:
     return "2015" if label.set_code.upper() in text else "2003"
 
 
-def build_photo_catalogue(engine: sa.Engine, labels: list[PhotoLabel]) -> dict[str, int]:
-    """True printings for the photos plus decoys; returns file name -> true printing id."""
+def build_photo_catalogue(engine: sa.Engine, labels: list[PhotoLabel]) -> dict[tuple[str, str], int]:
+    """Each labelled printing once, then decoys in the slots no label holds; returns (set, number) of
+    every labelled printing -> its id."""
     with Session(engine) as session, session.begin():
         sets: dict[str, Expansion] = {}
+        slots: dict[tuple[str, str, str], Printing] = {}
 
         def expansion(code: str, released: date | None = None, printed_size: int | None = None) -> Expansion:
             exp = sets.get(code)
@@ -130,31 +161,38 @@ def build_photo_catalogue(engine: sa.Engine, labels: list[PhotoLabel]) -> dict[s
                 exp.printed_size = printed_size
             return exp
 
-        def printing(name: str, exp: Expansion, number: str, **facts: Any) -> Printing:
-            p = Printing(expansion=exp, name=name, normalized_name=normalize_name(name), collector_number=number,
-                         layout="normal", **facts)
+        def printing(name: str, exp: Expansion, number: str, lang: str = "en", **facts: Any) -> Printing | None:
+            """A printing in a free slot; None when the slot is taken (a labelled printing wins it)."""
+            slot = (exp.code, normalize_collector_number(number) or number, lang)
+            if slot in slots:
+                return None
+            p = slots[slot] = Printing(expansion=exp, name=name, normalized_name=normalize_name(name),
+                                       collector_number=number, lang=lang, layout="normal", **facts)
             session.add(p)
             return p
 
         expansion(DECOY_SET, date(2016, 6, 10))
         expansion(LIST_SET, date(2020, 9, 25))
-        true_printings: dict[str, Printing] = {}
+        truth: dict[tuple[str, str], Printing] = {}
         for lb in labels:
             exp = expansion(lb.set_code, lb.released, lb.printed_total)
+            slot = (lb.set_code, normalize_collector_number(lb.number) or lb.number, lb.lang)
+            made = printing(lb.name, exp, lb.number, lb.lang, artist=lb.artist, border_color=lb.border,
+                            frame=_inferred_frame(lb), released_at=lb.released,
+                            printed_name=lb.printed_name if lb.printed_name != lb.name else None)
+            truth[(lb.set_code, lb.number)] = made if made is not None else slots[slot]
+        for lb in labels:
             frame = _inferred_frame(lb)
-            true_printings[lb.file] = printing(lb.name, exp, lb.number, lang=lb.lang, artist=lb.artist,
-                                               border_color=lb.border, frame=frame, released_at=lb.released)
-            printing(lb.name, sets[LIST_SET], f"{lb.set_code.upper()}-{lb.number}", lang=lb.lang, artist=lb.artist,
+            printing(lb.name, sets[LIST_SET], f"{lb.set_code.upper()}-{lb.number}", lb.lang, artist=lb.artist,
                      border_color="black", frame="2015")
-            same_name_same_number = sum(o.name == lb.name and o.number == lb.number for o in labels) > 1
-            if frame != "1993" and not same_name_same_number:
-                printing(lb.name, sets[DECOY_SET], lb.number, lang=lb.lang, artist=lb.artist, border_color="black",
+            if frame != "1993":
+                printing(lb.name, sets[DECOY_SET], lb.number, lb.lang, artist=lb.artist, border_color="black",
                          frame="2015")
             if lb.number.isdigit():
-                printing(f"Neighbour of {lb.name}", exp, str(int(lb.number) + 1), frame=frame,
+                printing(f"Neighbour of {lb.name}", sets[lb.set_code], str(int(lb.number) + 1), frame=frame,
                          released_at=lb.released)
         session.flush()
-        return {file: p.id for file, p in true_printings.items()}
+        return {key: p.id for key, p in truth.items()}
 
 
 def evaluate_photo_folder(folder: Path, labels_path: Path | None = None, *,
@@ -172,18 +210,22 @@ def evaluate_photos(folder: Path, labels: list[PhotoLabel], *, workdir: Path | N
     from ..stage_d.run import run_stage_d
 
     folder = Path(folder).resolve()
-    absent = [lb.file for lb in labels if not (folder / lb.file).is_file()]
+    absent = sorted({lb.file for lb in labels if not (folder / lb.file).is_file()})
     if absent:
         raise LabelFileError(f"labelled photo(s) not in {folder}: {', '.join(absent)}")
+    # One upload per file: the first row of a photo of several cards names it, as an uploader would.
+    uploads: dict[str, PhotoLabel] = {}
+    for lb in labels:
+        uploads.setdefault(lb.file, lb)
     with tempfile.TemporaryDirectory(dir=workdir) as scratch:
         engine = make_engine(f"sqlite:///{Path(scratch) / 'photos.sqlite'}")
         try:
             upgrade(engine)
             truth = build_photo_catalogue(engine, labels)
             with engine.begin() as conn:
-                ids = {lb.file: int(conn.execute(sa.insert(Card).values(
-                    identifier=lb.file, name=lb.name, image_locator=(folder / lb.file).as_uri(),
-                ).returning(Card.id)).scalar_one()) for lb in labels}
+                ids = {file: int(conn.execute(sa.insert(Card).values(
+                    identifier=file, name=lb.name, image_locator=(folder / file).as_uri(),
+                ).returning(Card.id)).scalar_one()) for file, lb in uploads.items()}
             with ImageFetcher(engine=engine, image_roots=[folder], allowed_hosts=[], timeout_s=10.0,
                               max_bytes=50_000_000, rate_per_sec=1000.0) as fetcher:
                 run_stage_c(engine, sorted(ids.values()), writer="evaluate:photos", run_id="evaluate-photos",
@@ -195,7 +237,7 @@ def evaluate_photos(folder: Path, labels: list[PhotoLabel], *, workdir: Path | N
 
 
 def _results(engine: sa.Engine, labels: list[PhotoLabel], ids: dict[str, int],
-             truth: dict[str, int]) -> list[PhotoResult]:
+             truth: dict[tuple[str, str], int]) -> list[PhotoResult]:
     with Session(engine) as session:
         evidence = present_evidence(session, ids.values())
         where = {pid: (code, number) for pid, code, number in session.execute(
@@ -206,18 +248,22 @@ def _results(engine: sa.Engine, labels: list[PhotoLabel], ids: dict[str, int],
         outcomes = dict(session.execute(
             sa.select(ScanLog.card_id, ScanLog.reason).where(ScanLog.agent_id == JOIN_KEY_AGENT)
             .order_by(ScanLog.id)).all())
+        fallback = dict(session.execute(
+            sa.select(ScanLog.card_id, ScanLog.reason).where(ScanLog.agent_id == FALLBACK_AGENT)
+            .order_by(ScanLog.id)).all())
     results = []
     for lb in labels:
         cid = ids[lb.file]
         ev = evidence.get(cid)
         result = PhotoResult(lb, read_set=ev.collector_set_code if ev else None,
                              read_number=ev.collector_number if ev else None,
-                             outcome=outcomes.get(cid))
+                             outcome=outcomes.get(cid), fallback=fallback.get(cid))
         for vcid, pid, no_match in votes:
             if vcid != cid:
                 continue
             result.votes.append("no-match" if no_match else "/".join(where[pid]))
-            result.wrong_votes += bool(no_match or pid != truth[lb.file])
+            # On a photo of several cards no vote is right: it would be for whichever card was read.
+            result.wrong_votes += bool(lb.multi or no_match or pid != truth[(lb.set_code, lb.number)])
         if result.votes and result.outcome is None:
             result.outcome = "vote"
         results.append(result)
@@ -225,15 +271,33 @@ def _results(engine: sa.Engine, labels: list[PhotoLabel], ids: dict[str, int],
 
 
 def photo_totals(results: list[PhotoResult]) -> dict[str, int]:
-    numbered = [r for r in results if r.label.number and _inferred_frame(r.label) != "1993"]
-    with_set = [r for r in numbered if r.label.set_code.upper() in r.label.printed_text]
+    """Figures over the labelled cards: readings on single-card uploads (photos and renders) that print
+    a legible number, votes everywhere (a photo of several cards counted once), and what became of the
+    old frames that print no number and of the photos of several cards."""
+    single = [r for r in results if not r.label.multi]
+    numbered = [r for r in single if r.label.prints_number]
+    photos = [r for r in numbered if not r.label.render]
+    with_set = [r for r in numbered if r.label.prints_set_code]
+    old = [r for r in single if _inferred_frame(r.label) == "1993"]
+    multi_files = {r.label.file for r in results if r.label.multi}
+    first_rows = list({r.label.file: r for r in reversed(results)}.values())
     return {
-        "photos": len(results),
-        "collector_number_right": sum(r.number_right for r in results),
+        "photos": len({r.label.file for r in results}),
+        "labelled_cards": len(results),
+        "single_card_uploads": len(single),
+        "collector_number_right": sum(r.number_right for r in numbered),
         "collector_number_printed": len(numbered),
-        "set_code_right": sum(r.set_right for r in results),
+        "collector_number_right_on_photos": sum(r.number_right for r in photos),
+        "collector_number_printed_on_photos": len(photos),
+        "set_code_right": sum(r.set_right for r in with_set),
         "set_code_printed": len(with_set),
-        "votes": sum(len(r.votes) for r in results),
-        "wrong_votes": sum(r.wrong_votes for r in results),
-        "cards_voted": sum(bool(r.votes) for r in results),
+        "votes": sum(len(r.votes) for r in first_rows),
+        "wrong_votes": sum(r.wrong_votes for r in first_rows),
+        "cards_voted": sum(bool(r.votes) for r in single),
+        "numbered_cards_voted_right": sum(bool(r.votes) and not r.wrong_votes for r in numbered),
+        "old_frames": len(old),
+        "old_frames_voted_right": sum(bool(r.votes) and not r.wrong_votes for r in old),
+        "old_frames_abstained": sum(not r.votes for r in old),
+        "multi_card_photos": len(multi_files),
+        "multi_card_photos_abstained": len({r.label.file for r in results if r.label.multi and not r.votes}),
     }

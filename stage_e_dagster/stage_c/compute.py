@@ -11,10 +11,11 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Iterable
 
+from ..catalog.printed_keys import PrintedKeys
 from .decode import DEFAULT_MAX_PIXELS, decode_image
 from .extractors import FIELDS_BY_KEY, IMAGE_EXTRACTORS, ORIENTATION_FREE, ImageContext
 from .manifest import MANIFEST_VERSIONS
-from .ocr import TessdataNotFound
+from .text_model import TextModelUnavailable
 
 log = logging.getLogger(__name__)
 
@@ -34,7 +35,7 @@ class ExtractionResult:
     terminal: bool = False
     error_class: str | None = None
     timings_ms: dict[str, float] = field(default_factory=dict)
-    ocr_attempts: int = 0  # Tesseract reads of the bottom band this pass made (for benchmarks)
+    ocr_passes: int = 0  # reads of the upload this pass made: 1 (the two ends) or 2 (closer too)
 
     def record(self, key: str, fields: dict[str, Any], skip: str | None) -> None:
         for name in FIELDS_BY_KEY[key]:
@@ -89,8 +90,9 @@ def terminal_result(content_hash: str, error_class: str, *, latency_ms: float | 
 
 def compute_evidence(content_hash: str, data: bytes, *, latency_ms: float | None,
                      keys: Iterable[str] | None = None, lexicon: frozenset[str] | None = None,
-                     max_pixels: int = DEFAULT_MAX_PIXELS) -> ExtractionResult:
-    """Decode ``data`` and run the requested manifest keys (all when None).
+                     max_pixels: int = DEFAULT_MAX_PIXELS, printed: PrintedKeys | None = None) -> ExtractionResult:
+    """Decode ``data`` and run the requested manifest keys (all when None). ``printed`` (the
+    catalogue's collector keys) tells the reader when a read is confirmed and needs no closer look.
 
     An undecodable image gives a terminal record. An extractor that raises records the skip
     ``extractor-error`` at its version rather than leaving the card to loop.
@@ -107,7 +109,8 @@ def compute_evidence(content_hash: str, data: bytes, *, latency_ms: float | None
         return result
     result = ExtractionResult(content_hash=content_hash)
     result.timings_ms["decode"] = decode_ms
-    ctx = ImageContext.from_upload(decoded.image, lexicon, orient_by_text=not set(wanted) <= ORIENTATION_FREE)
+    ctx = ImageContext.from_upload(decoded.image, lexicon, orient_by_text=not set(wanted) <= ORIENTATION_FREE,
+                                   keys=printed)
     result.timings_ms["localise"] = (time.perf_counter() - started) * 1000 - decode_ms
     for key in wanted:
         if key == "fetch_health":
@@ -117,12 +120,12 @@ def compute_evidence(content_hash: str, data: bytes, *, latency_ms: float | None
         t0 = time.perf_counter()
         try:
             fields, skip = IMAGE_EXTRACTORS[key](ctx)
-        except TessdataNotFound:  # the host cannot read at all: fail the batch, leave no card done
+        except TextModelUnavailable:  # the host cannot read at all: fail the batch, leave no card done
             raise
         except Exception:  # an extractor bug must not stall the card in the backlog
             log.exception("extractor %s failed on content %s", key, content_hash)
             fields, skip = {}, "extractor-error"
         result.timings_ms[key] = (time.perf_counter() - t0) * 1000
         result.record(key, fields, skip)
-    result.ocr_attempts = ctx.ocr_attempts
+    result.ocr_passes = ctx.ocr_passes
     return result

@@ -4,17 +4,21 @@ keeps pixels."""
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field, replace
 from typing import Any, Callable
 
 import numpy as np
 from PIL import Image, ImageStat
 
+from ..catalog.collector_line import LineParse, parse_collector_rows, shows_several_cards
 from ..catalog.evidence_facts import GRADED_SLAB, SEVERAL_CARDS
+from ..catalog.printed_keys import PrintedKeys
 from .geometry import BleedClass, all_boxes, box_px, classify_bleed, trim_box
 from .hashing import phash_int
 from .localise import Localised, localise_card
-from .ocr import BottomLinesRead, read_bottom_lines, read_title
+from .parse import LEGAL_WORDS, parse_artist, parse_artist_after_language, parse_legal
+from .text_reader import CardText, join_rows, read_card_text
 
 # Which evidence columns each extractor owns; a recompute of one key rewrites only these.
 FIELDS_BY_KEY: dict[str, tuple[str, ...]] = {
@@ -40,67 +44,85 @@ FIELDS_BY_KEY: dict[str, tuple[str, ...]] = {
 Outcome = tuple[dict[str, Any], str | None]
 
 
-# Tiers of the bottom-band read tried on a card turned over, when upright it read no text at all.
-UPRIGHT_PROBE_TIERS = 2
 # Extractors whose values do not depend on which way up the card is (a 180 turn keeps its edges).
 ORIENTATION_FREE = frozenset({"fetch_health", "geometry_bleed", "layout_class", "quality_signals", "color_profile"})
-
-
-def _reads_text(read: BottomLinesRead, strict: bool = False) -> bool:
-    """The bottom band read as a card's: a collector number (not a bare one, when ``strict``), an
-    ``Illus.`` credit or a copyright year."""
-    parse = read.collector
-    number = parse.collector_number is not None and not (strict and parse.number_is_weak)
-    return number or read.illus_anchor or (read.copyright_year is not None and not strict)
-
-
-# An upload at least this much wider than high, with no card found in it, is a crop of the bottom
-# lines (cards are 0.72 or, turned, 1.4); such a band is this fraction of the card face's height.
-TEXT_STRIP_ASPECT = 1.8
-TEXT_STRIP_BAND_FRACTION = 0.08
+# The reader takes the text's up over the localiser's only when it saw at least this many lines.
+TEXT_LINES_TO_TURN = 4
 
 
 @dataclass
 class ImageContext:
-    """The localised card of one upload and what several extractors share, computed at most once.
+    """The upload, the card found in it, and what several extractors share, computed at most once.
 
-    ``image`` is the card (``localisation.card``), never the raw upload; without a localisation
+    ``image`` is the localised card (``localisation.card``), which the geometry, border and hash
+    extractors read; the text is read from ``upload`` itself, wherever it is. Without a localisation
     (a caller that built the context from a card image itself) the image is taken as the card.
     """
 
     image: Image.Image
     lexicon: frozenset[str] | None
     localisation: Localised | None = None
-    _read: BottomLinesRead | None = field(default=None, repr=False)
+    keys: PrintedKeys | None = None
+    upload: Image.Image | None = None
+    _text: CardText | None = field(default=None, repr=False)
+    _parse: LineParse | None = field(default=None, repr=False)
 
     @classmethod
     def from_upload(cls, upload: Image.Image, lexicon: frozenset[str] | None, *,
-                    orient_by_text: bool = True) -> ImageContext:
-        """The card found in ``upload``; ``orient_by_text`` False skips the text check of the 180 turn
-        (a recompute of extractors that do not depend on which way up the card is)."""
+                    orient_by_text: bool = True, keys: PrintedKeys | None = None) -> ImageContext:
+        """The card found in ``upload``; ``orient_by_text`` False skips reading the text (a recompute
+        of extractors that do not depend on which way up the card is)."""
         localised = localise_card(upload)
-        ctx = cls(localised.card, lexicon, localised)
-        return ctx.upright_by_text() if orient_by_text and localised.method == "contour" else ctx
+        ctx = cls(localised.card, lexicon, localised, keys=keys, upload=upload)
+        if not orient_by_text:
+            return ctx
+        text = ctx.text()
+        if localised.method not in (SEVERAL_CARDS, GRADED_SLAB) and (
+                text.side_by_side or shows_several_cards(text.rows("collector"), lexicon)):
+            # The localiser found one card, but the text is that of several.
+            ctx.localisation = replace(localised, method=SEVERAL_CARDS, confidence=0.0)
+            return ctx
+        return ctx.upright_by_text() if localised.method == "contour" else ctx
 
     def upright_by_text(self) -> ImageContext:
-        """Upright or turned 180 degrees, decided by the text lines as well as the rules panel.
+        """Upright or turned 180 degrees, decided by the text as well as the rules panel.
 
         The localiser turns a card by where its light rules panel is; pale art over a dark panel
-        fools it. When the bottom band reads no text at all, the band of the card turned over is
-        read (two tiers); if that one reads a collector line or an ``Illus.`` credit, the card was
-        upside down and is turned, before any extractor records anything.
+        fools it. The reader knows which way the text runs; when it saw enough lines and the
+        localiser's turn is half a turn off it, the card is turned, before any extractor records
+        anything.
         """
-        if _reads_text(self.bottom_lines()):
-            return self
+        text = self.text()
         assert self.localisation is not None
+        if text.detected < TEXT_LINES_TO_TURN:
+            return self
+        upright_turn = (360 - text.rotation) % 360
+        if (upright_turn - self.localisation.rotation) % 360 != 180:
+            return self
         turned_card = self.image.rotate(180)
         q = self.localisation.quad
-        turned = ImageContext(turned_card, self.lexicon, replace(
+        return ImageContext(turned_card, self.lexicon, replace(
             self.localisation, card=turned_card, quad=(q[2], q[3], q[0], q[1]),
-            rotation=(self.localisation.rotation + 180) % 360))
-        probe = read_bottom_lines(turned_card.crop(turned.box("bottom_lines")), turned.face_height, self.lexicon,
-                                  max_attempts=UPRIGHT_PROBE_TIERS)
-        return turned if _reads_text(probe, strict=True) else self
+            rotation=(self.localisation.rotation + 180) % 360), keys=self.keys, upload=self.upload,
+            _text=self._text, _parse=self._parse)
+
+    def text(self) -> CardText:
+        """The upload's text, read once: the two ends first, closer only when the catalogue confirms
+        nothing read there."""
+        if self._text is None:
+            self._text = read_card_text(self.upload if self.upload is not None else self.image, self._confirms)
+        return self._text
+
+    def _confirms(self, text: CardText) -> bool:
+        parse = parse_collector_rows(text.rows("collector"), self.lexicon)
+        if self.keys is not None:
+            return self.keys.confirms(parse)
+        return parse.number is not None and parse.set_code_known
+
+    def collector(self) -> LineParse:
+        if self._parse is None:
+            self._parse = parse_collector_rows(self.text().rows("collector"), self.lexicon)
+        return self._parse
 
     @property
     def size(self) -> tuple[int, int]:
@@ -129,25 +151,8 @@ class ImageContext:
         return bottom - top
 
     @property
-    def ocr_attempts(self) -> int:
-        return self._read.attempts if self._read is not None else 0
-
-    @property
-    def text_only(self) -> bool:
-        """No card was found and the image is a wide strip: a crop of the bottom lines alone, not a card."""
-        width, height = self.size
-        return (self.localisation is not None and self.localisation.method == "fallback"
-                and width >= TEXT_STRIP_ASPECT * height)
-
-    def bottom_lines(self) -> BottomLinesRead:
-        if self._read is None:
-            if self.text_only:
-                # The whole strip is the band; the face it came from was about 1/BAND_FRACTION its height.
-                band, face_height = self.image, max(1, round(self.size[1] / TEXT_STRIP_BAND_FRACTION))
-            else:
-                band, face_height = self.image.crop(self.box("bottom_lines")), self.face_height
-            self._read = read_bottom_lines(band, face_height, self.lexicon)
-        return self._read
+    def ocr_passes(self) -> int:
+        return len(self._text.passes) if self._text is not None else 0
 
 
 def card_localisation(ctx: ImageContext) -> Outcome:
@@ -280,34 +285,40 @@ def crop_coordinates(ctx: ImageContext) -> Outcome:
 
 
 def collector_line_ocr(ctx: ImageContext) -> Outcome:
-    read = ctx.bottom_lines()
-    parse = read.collector
+    """The collector line's set code, number and language, parsed from the rows at the collector end
+    of the card's text (``catalog/collector_line.py`` knows the formats)."""
+    parse = ctx.collector()
     fields = {
-        "collector_line_raw_text": read.raw_text[:2000],
+        "collector_line_raw_text": "\n".join(ctx.text().rows("collector"))[:2000],
         "collector_set_code": parse.set_code[:16] if parse.set_code else None,
-        "collector_number": parse.collector_number[:16] if parse.collector_number else None,
+        "collector_number": parse.number[:16] if parse.number else None,
         "collector_language": parse.language,
     }
-    if parse.collector_number is None:
+    if parse.number is None:
         # Nothing of a collector block (old frames print none) is "no-text"; a partial block is "ambiguous".
         return fields, "ambiguous" if parse.set_code else "no-text"
     return fields, None
 
 
 def collector_line_word_boxes(ctx: ImageContext) -> Outcome:
-    read = ctx.bottom_lines()
+    """The collector end's lines with their boxes (upright card coordinates) and the recogniser's
+    score as a 0-100 confidence."""
     boxes = [
-        {"text": w.text, "left": w.left, "top": w.top, "width": w.width, "height": w.height, "conf": w.conf}
-        for w in read.words
+        {"text": ln.text, "left": round(ln.left), "top": round(ln.top), "width": round(ln.width),
+         "height": round(ln.height), "conf": round(ln.score * 100, 2)}
+        for ln in ctx.text().at("collector")
     ]
     return {"collector_word_boxes": boxes}, None if boxes else "no-text"
 
 
 def artist_ocr(ctx: ImageContext) -> Outcome:
-    read = ctx.bottom_lines()
-    fields = {"artist_raw_text": read.left_text[:2000] if not read.illus_anchor else read.raw_text[:2000],
-              "artist_name": read.artist_name, "illus_anchor_fired": read.illus_anchor}
-    return fields, None if read.artist_name else "no-text"
+    rows = ctx.text().rows("collector")
+    text = "\n".join(rows)
+    artist, illus = parse_artist(text)
+    if artist is None:
+        artist = next((name for row in rows if (name := parse_artist_after_language(row))), None)
+    fields = {"artist_raw_text": text[:2000], "artist_name": artist, "illus_anchor_fired": illus}
+    return fields, None if artist else "no-text"
 
 
 def symbol_region(ctx: ImageContext) -> Outcome:
@@ -322,10 +333,10 @@ def art_phash_extractor(ctx: ImageContext) -> Outcome:
 
 
 def legal_line(ctx: ImageContext) -> Outcome:
-    read = ctx.bottom_lines()
-    fields = {"legal_raw_text": read.legal_text[:2000], "copyright_year": read.copyright_year,
-              "proxy_marker": read.proxy_marker}
-    return fields, None if read.copyright_year or read.proxy_marker else "no-text"
+    rows = [row for row in ctx.text().rows("collector") if LEGAL_WORDS.search(row)]
+    year, proxy = parse_legal("\n".join(rows))
+    fields = {"legal_raw_text": "\n".join(rows)[:2000], "copyright_year": year, "proxy_marker": proxy}
+    return fields, None if year or proxy else "no-text"
 
 
 def laplacian_variance(gray: np.ndarray) -> float:
@@ -349,11 +360,20 @@ def color_profile(ctx: ImageContext) -> Outcome:
             "color_stddev_rgb": [round(v, 3) for v in stat.stddev]}, None
 
 
+# Mana symbols at the end of the title row read as digits or single letters ("Krosan Tusker 599").
+_TRAILING_SYMBOLS = re.compile(r"(?:\s+(?:[0-9]{1,4}|[A-Z0-9]{1,2}|[^\w\s]+))+$")
+
+
 def title_ocr(ctx: ImageContext) -> Outcome:
-    """The name on the card's title bar (only confidently read words), for Stage D to compare with
-    the name the upload carries."""
-    read = read_title(ctx.image.crop(ctx.box("title")))
-    return {"title_text": read.text or None, "title_confidence": read.confidence}, None if read.text else "no-text"
+    """The rows at the title end of the card's text (the name first), one per line, mana symbols cut
+    off, for Stage D to match against the names the catalogue prints; ``title_confidence`` is the
+    recogniser's mean score (0-100)."""
+    lines = ctx.text().at("title")
+    rows = [_TRAILING_SYMBOLS.sub("", row).strip() for row in join_rows(lines)]
+    rows = [row for row in rows if row]
+    confidence = round(100 * sum(ln.score for ln in lines) / len(lines), 2) if lines else None
+    text = "\n".join(rows)[:200] or None
+    return {"title_text": text, "title_confidence": confidence if text else None}, None if text else "no-text"
 
 
 # Image extractors in manifest order; fetch_health is filled from the fetch itself.

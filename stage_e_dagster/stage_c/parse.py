@@ -34,8 +34,10 @@ _LANG = re.compile(
     rf"(?:(?<![A-Za-z0-9])|(?<=(?<![A-Za-z0-9])[eoa]))({'|'.join(LANG_CODES)})(?![A-Za-z0-9])"
 )
 # A marked year, or the end of a marked range: "(c) 1993-2012" is a 2012 card.
+# A scene-text reader often drops the small (c) mark: a year followed by "Wizards" is marked as well.
 _YEAR_MARKED = re.compile(
-    r"(?:\u00a9|\(c\)|\bc\)|copyright|&)\s*((?:19|20)\d{2})(?:\s*[-\u2013]\s*((?:19|20)\d{2}))?\b",
+    r"(?:\u00a9|\(c\)|\bc\)|copyright|&)\s*((?:19|20)\d{2})(?:\s*[-\u2013]\s*((?:19|20)\d{2}))?\b"
+    r"|((?:19|20)\d{2})(?:\s*[-\u2013]\s*((?:19|20)\d{2}))?\s+wizards",
     re.IGNORECASE,
 )
 _YEAR_BARE = re.compile(r"(?<!\d)((?:19|20)\d{2})(?:\s*[-\u2013]\s*((?:19|20)\d{2}))?(?!\d)")
@@ -193,7 +195,7 @@ def parse_collector_lines(text: str, lexicon: frozenset[str] | None) -> Collecto
 
 
 # Words of the copyright line: a line holding one is the legal line even when its mark is misread.
-_LEGAL_WORDS = re.compile(r"wizards|coast|\bllc\b|\u00a9|\(c\)", re.IGNORECASE)
+LEGAL_WORDS = re.compile(r"wizards|coast|\bllc\b|\u00a9|\(c\)", re.IGNORECASE)
 
 
 def copyright_line_number(text: str) -> str | None:
@@ -205,7 +207,7 @@ def copyright_line_number(text: str) -> str | None:
     """
     for line in text.splitlines():
         marked = _YEAR_MARKED.search(line)
-        if marked is None and not _LEGAL_WORDS.search(line):
+        if marked is None and not LEGAL_WORDS.search(line):
             continue
         year = marked or _YEAR_BARE.search(line)
         slash = SLASH_NUMBER.search(line, year.end() if year else 0)
@@ -265,7 +267,7 @@ def parse_legal(text: str) -> tuple[int | None, bool]:
     """Copyright year (marked by ©, (c), & or 'copyright', else a bare year; a range gives its end) and
     the proxy marker."""
     marked = _YEAR_MARKED.search(text)
-    year = (marked.group(2) or marked.group(1)) if marked else None
+    year = (marked.group(2) or marked.group(1) or marked.group(4) or marked.group(3)) if marked else None
     if year is None:
         bare = _YEAR_BARE.search(text)
         year = (bare.group(2) or bare.group(1)) if bare else None

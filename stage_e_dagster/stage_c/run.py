@@ -23,6 +23,7 @@ from sqlalchemy.orm import Session
 from ..catalog.base import utcnow
 from ..catalog.engine import session_scope
 from ..catalog.models import Card, ImageEvidence
+from ..catalog.printed_keys import PrintedKeys, printed_keys
 from ..envelope.fetch_window import record_fetch_outcome
 from . import pacer
 from .backlog import backlog_page, cards_by_id, leased_elsewhere
@@ -179,6 +180,7 @@ def run_stage_c(engine: sa.Engine, card_ids: Sequence[int] | None, *, writer: st
     """
     if lexicon is None:
         lexicon = known_set_codes(engine)
+    printed = printed_keys(engine)
     note = on_card or _ignore
     report = StageCReport()
     cards = FetchAhead(_iter_cards(engine, card_ids, report, skip_leased=skip_leased), fetcher, depth=fetch_ahead,
@@ -196,7 +198,7 @@ def run_stage_c(engine: sa.Engine, card_ids: Sequence[int] | None, *, writer: st
             cards.start(None if limit is None else limit - report.attempted)
             try:
                 _process_card(engine, view, report, writer=writer, run_id=run_id, fetcher=cards,  # type: ignore[arg-type]
-                              lexicon=lexicon, retry_budget=retry_budget, note=note,
+                              lexicon=lexicon, printed=printed, retry_budget=retry_budget, note=note,
                               fingerprint=fetcher.settings_fingerprint)
             finally:
                 if progress is not None:
@@ -228,8 +230,8 @@ def _lockout_met_ahead(engine: sa.Engine, view: _CardView, exc: FetchLockout, re
 
 
 def _process_card(engine: sa.Engine, view: _CardView, report: StageCReport, *, writer: str, run_id: str | None,
-                  fetcher: ImageFetcher, lexicon: frozenset[str], retry_budget: int, note: CardNote,
-                  fingerprint: str) -> None:
+                  fetcher: ImageFetcher, lexicon: frozenset[str], printed: PrintedKeys, retry_budget: int,
+                  note: CardNote, fingerprint: str) -> None:
     keys: list[str] | None = None
     if view.known_hash is not None:
         with session_scope(engine) as session:
@@ -284,7 +286,8 @@ def _process_card(engine: sa.Engine, view: _CardView, report: StageCReport, *, w
             report.skipped_current += 1
             return
         keys = stale_extractors(row.extractor_versions) if row is not None else None
-    result = compute_evidence(content_hash, fetched.data, latency_ms=fetched.latency_ms, keys=keys, lexicon=lexicon)
+    result = compute_evidence(content_hash, fetched.data, latency_ms=fetched.latency_ms, keys=keys, lexicon=lexicon,
+                              printed=printed)
     # The host delivered; bytes that do not decode are the upload's own problem, not a host failure.
     outcome = REJECTED if result.terminal else "ok"
     with session_scope(engine) as session:

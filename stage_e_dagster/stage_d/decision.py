@@ -67,16 +67,19 @@ def _letters(text: str) -> str:
 
 
 def title_agreement(title: str | None, names: Sequence[str]) -> tuple[bool | None, float | None]:
-    """Whether the name Stage C read on the title bar is one of ``names`` (each face of a
+    """Whether the name Stage C read at the title end is one of ``names`` (each face of a
     ``Front // Back`` name counts): True, False, or None when the read says too little; with the
-    best similarity. A read that is the start of a name agrees as much as the whole name."""
-    read = _letters(title or "")
+    best similarity. ``title`` holds the title end's rows, one per line (the name, the type line):
+    the row that is most like a name speaks. A read that is the start of a name agrees as much as
+    the whole name."""
+    reads = [_letters(row) for row in (title or "").splitlines()]
+    reads = [r for r in reads if len(r) >= TITLE_MIN_LETTERS]
     faces = [_letters(face) for name in names if name for face in name.split("//")]
     faces = [f for f in faces if f]
-    if len(read) < TITLE_MIN_LETTERS or not faces:
+    if not reads or not faces:
         return None, None
     best = max(max(SequenceMatcher(None, read, face).ratio(), SequenceMatcher(None, read, face[:len(read)]).ratio())
-               for face in faces)
+               for read in reads for face in faces)
     if best >= TITLE_AGREES:
         return True, round(best, 3)
     return (False if best < TITLE_DISAGREES else None), round(best, 3)

@@ -2,9 +2,12 @@
 
 Candidates are the printings of the card's name. A border colour read confidently on the card and
 the artist credit narrow them when they give a reading (a reading that fits no candidate is
-treated as an OCR miss, not as a veto); the art perceptual hash then has to single out exactly one
-printing, near enough and by a clear margin over the next, and must not contradict the printings
-the collector line reads as. It never votes no-match.
+treated as an OCR miss, not as a veto). Old frames (1993, 1997) print no collector number, but
+their legal line gives the year they were printed in: a card whose line reads "(c) 1995" was not
+printed in 1994, nor years later, so that year narrows them too. The art perceptual hash then has
+to single out exactly one printing, near enough and by a clear margin over the next, and must not
+contradict the printings the collector line reads as. A title read with confidence as another
+name blocks the vote. It never votes no-match.
 """
 
 from __future__ import annotations
@@ -22,24 +25,45 @@ from .decision import (
     border_known,
     confident_border,
     read_set_code,
+    title_agreement,
     unusable_evidence,
     vote,
 )
 from .facts import PrintingFacts
 from .names import normalize_collector_number
+from .readings import year_is_marked
 
 ART_MAX_DISTANCE = 10      # of 64 bits: re-encoded, rescaled uploads of the same art stay well inside
 ART_MARGIN = 8             # the runner-up must be at least this much further away
 CONFIDENCE_SEVERAL_READINGS = 0.8
 CONFIDENCE_ART_ONLY = 0.7
+OLD_FRAMES = frozenset({"1993", "1997"})
+# A printing's release may fall in the year after the one its legal line gives (printed in December).
+PRINTED_YEAR_SLACK = 1
 
 
-def decide_fallback(evidence: Any, candidates: Sequence[PrintingFacts]) -> Decision:
+def printed_in(year: int, printing: PrintingFacts) -> bool:
+    """Whether ``printing`` could carry a legal line of ``year``: released that year or the next
+    (an unknown release date never rules a printing out)."""
+    if printing.released_at is None:
+        return True
+    return year <= printing.released_at.year <= year + PRINTED_YEAR_SLACK
+
+
+def decide_fallback(evidence: Any, candidates: Sequence[PrintingFacts], name: str | None = None) -> Decision:
     unusable = unusable_evidence(evidence, candidates)
     if unusable is not None:
         return unusable
     readings = ["art"]
     plausible = list(candidates)
+
+    year = evidence.copyright_year if year_is_marked(evidence) else None
+    if year and any(c.frame in OLD_FRAMES for c in plausible):
+        # Old frames: the year the legal line gives is the year the card was printed.
+        of_year = [c for c in plausible if c.frame not in OLD_FRAMES or printed_in(int(year), c)]
+        if of_year and len(of_year) < len(plausible):
+            plausible = of_year
+            readings.append("legal-year")
 
     seen_border = confident_border(evidence)
     if seen_border:
@@ -69,6 +93,13 @@ def decide_fallback(evidence: Any, candidates: Sequence[PrintingFacts]) -> Decis
     read_as = collector_line_points_to(evidence, candidates)
     if read_as and best_id not in read_as:
         return abstain(A.READINGS_DISAGREE, collector_line_printings=sorted(read_as), **detail)
+    printing = next(c for c in plausible if c.id == best_id)
+    agrees, similarity = title_agreement(getattr(evidence, "title_text", None),
+                                         [n for n in (name, printing.printed_name) if n])
+    if agrees is False:
+        return abstain(A.NAME_DISAGREES, title=evidence.title_text, similarity=similarity, **detail)
+    if agrees:
+        readings.append("title")
     confidence = CONFIDENCE_SEVERAL_READINGS if len(readings) >= 2 else CONFIDENCE_ART_ONLY
     return vote(best_id, confidence, **detail)
 

@@ -145,7 +145,7 @@ def _run_chunk(engine: sa.Engine, ids: list[int], run_id: str, index: NameIndex)
         report.abstentions += logged
 
         decisions = {
-            c.id: decide_fallback(evidence[c.id], candidates[c.id])
+            c.id: decide_fallback(evidence[c.id], candidates[c.id], c.name)
             for c in work
             if seen.get((c.id, A.JOIN_KEY_AGENT)) in A.JOIN_KEY_UNPLACED and (c.id, A.FALLBACK_AGENT) not in seen
         }

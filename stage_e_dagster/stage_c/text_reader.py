@@ -1,0 +1,333 @@
+"""Read a card's text where the text is: detect lines, turn them upright, recognise the two ends.
+
+Detection runs once on a downscaled copy of the whole upload. The direction of the text comes from
+the detected boxes (their long axis) and the direction classifier (upright or turned over), so a
+sideways or upside-down card reads like an upright one, and nothing depends on where the card was
+guessed to be. Only the lines at the two ends of the card's text are recognised, cropped from the
+full-resolution upload: the title end (the name) and the collector end (collector line, credit,
+legal line). When that gives no reading the catalogue confirms, the region of the text is detected
+again at a higher resolution and every line in it is read.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Callable, Sequence
+
+import numpy as np
+from PIL import Image
+
+from . import text_model
+
+# Long side of the copy the first detection runs on.
+DETECT_SIDE = 960
+# Long side of the second, closer detection of the text's region (only when the ends confirm nothing).
+CLOSE_SIDE = 1600
+# Rows read at each end of the card's text on the first pass.
+TITLE_ROWS = 2
+COLLECTOR_ROWS = 4
+# Lines the direction classifier looks at (the longest ones), and the margin of votes it needs.
+DIRECTION_SAMPLE = 5
+# Boxes at least this much longer than high say which way the text runs.
+LINE_ASPECT = 2.0
+# A card's lines reach across about one longest line (1.0-1.7 on 41 real photos); a photo of several
+# cards side by side spreads its many lines over two or more (2.3-5.1 on three such photos).
+SIDE_BY_SIDE_SPREAD = 2.0
+SIDE_BY_SIDE_LINES = 12
+# The closer look: bands at each end of the text's region, as fractions of its height, widened along
+# the text by SIDE_MARGIN of its width, enlarged to CLOSE_SIDE pixels wide (at most MAX_UPSCALE times).
+COLLECTOR_BAND = 0.22
+BELOW_MARGIN = 0.10
+TITLE_BAND = 0.10
+ABOVE_MARGIN = 0.05
+SIDE_MARGIN = 0.06
+MAX_UPSCALE = 4.0
+
+
+@dataclass(frozen=True)
+class TextLine:
+    """One recognised line: its text, the recogniser's score (0-1), and its box in upright card
+    coordinates (source pixels, measured along the text and down it)."""
+
+    text: str
+    score: float
+    left: float
+    top: float
+    width: float
+    height: float
+    end: str  # "title", "collector" or "body"
+
+
+@dataclass
+class CardText:
+    """What the reader found: lines in reading order (top to bottom, left to right)."""
+
+    lines: list[TextLine] = field(default_factory=list)
+    rotation: int = 0            # the text's up, in quarter turns clockwise from the upload's up (0-270)
+    angle_deg: float = 0.0       # the text's exact direction in the upload, degrees clockwise
+    passes: tuple[str, ...] = ()  # "ends", then "close" when the closer read ran
+    detected: int = 0            # lines the first detection found
+    spread: float = 0.0          # how far the lines running with the text reach across, in longest lines
+    aligned: int = 0             # lines running with the text (the spread counts these)
+
+    @property
+    def side_by_side(self) -> bool:
+        """The text spreads across several card widths: cards lie side by side."""
+        return self.aligned >= SIDE_BY_SIDE_LINES and self.spread >= SIDE_BY_SIDE_SPREAD
+
+    def at(self, end: str) -> list[TextLine]:
+        return [line for line in self.lines if line.end == end]
+
+    def rows(self, end: str | None = None) -> list[str]:
+        """Texts of the lines of one end (all lines when None), boxes on one printed line joined."""
+        lines = self.lines if end is None else self.at(end)
+        return join_rows(lines)
+
+
+def join_rows(lines: Sequence[TextLine]) -> list[str]:
+    """Boxes whose vertical centres lie within half a line height of each other form one row,
+    read left to right."""
+    rows: list[list[TextLine]] = []
+    for line in sorted(lines, key=lambda ln: ln.top + ln.height / 2):
+        centre = line.top + line.height / 2
+        if rows:
+            last = rows[-1]
+            last_centre = sum(ln.top + ln.height / 2 for ln in last) / len(last)
+            tol = 0.5 * max(min(ln.height for ln in last), line.height * 0.5)
+            if abs(centre - last_centre) <= tol:
+                last.append(line)
+                continue
+        rows.append([line])
+    return [" ".join(ln.text for ln in sorted(row, key=lambda ln: ln.left) if ln.text) for row in rows]
+
+
+Confirms = Callable[["CardText"], bool]
+
+
+def _to_bgr(image: Image.Image) -> np.ndarray:
+    rgb = np.asarray(image.convert("RGB"))
+    return np.ascontiguousarray(rgb[:, :, ::-1])
+
+
+def _resized(bgr: np.ndarray, side: int) -> tuple[np.ndarray, float]:
+    """A copy whose long side is at most ``side``, and the factor applied."""
+    import cv2
+
+    h, w = bgr.shape[:2]
+    scale = min(1.0, side / max(h, w))
+    if scale >= 1.0:
+        return bgr, 1.0
+    return cv2.resize(bgr, (max(1, round(w * scale)), max(1, round(h * scale))), interpolation=cv2.INTER_AREA), scale
+
+
+def _long_axis(box: np.ndarray) -> tuple[float, float]:
+    """The box's long-axis direction (degrees in [0, 180), image y downward) and its length."""
+    e1, e2 = box[1] - box[0], box[2] - box[1]
+    edge = e1 if np.hypot(*e1) >= np.hypot(*e2) else e2
+    return math.degrees(math.atan2(float(edge[1]), float(edge[0]))) % 180.0, float(np.hypot(*edge))
+
+
+def text_direction(boxes: np.ndarray) -> float:
+    """The direction the text runs in (degrees clockwise from the image's x axis, modulo 180): the
+    direction most line boxes share, each line one vote (a few long strokes of handwriting or a
+    box's print beside the card must not outvote the card's many lines); 0 when no box is a line."""
+    sums = np.zeros(2)
+    for box in boxes:
+        angle, length = _long_axis(box)
+        e1, e2 = box[1] - box[0], box[2] - box[1]
+        short = max(1.0, float(min(np.hypot(*e1), np.hypot(*e2))))
+        if length / short < LINE_ASPECT:
+            continue
+        doubled = math.radians(2 * angle)
+        sums += np.array([math.cos(doubled), math.sin(doubled)])
+    if not sums.any():
+        return 0.0
+    return (math.degrees(math.atan2(sums[1], sums[0])) / 2) % 180.0
+
+
+def _frame(angle_deg: float) -> tuple[np.ndarray, np.ndarray]:
+    """Unit vectors along the text (reading direction) and down it, in image coordinates."""
+    a = math.radians(angle_deg)
+    along = np.array([math.cos(a), math.sin(a)])
+    down = np.array([-math.sin(a), math.cos(a)])
+    return along, down
+
+
+def _ordered(box: np.ndarray, along: np.ndarray, down: np.ndarray) -> np.ndarray:
+    """The box's corners as top-left, top-right, bottom-right, bottom-left of the text frame."""
+    centre = box.mean(axis=0)
+    rel = box - centre
+    by_down = sorted(range(4), key=lambda i: float(rel[i] @ down))
+    top = sorted(by_down[:2], key=lambda i: float(rel[i] @ along))
+    bottom = sorted(by_down[2:], key=lambda i: float(rel[i] @ along))
+    return np.array([box[top[0]], box[top[1]], box[bottom[1]], box[bottom[0]]], dtype=np.float32)
+
+
+def _crop(image: np.ndarray, corners: np.ndarray) -> np.ndarray:
+    """The line cut out along its own axes (a perspective warp of just its box)."""
+    import cv2
+
+    width = int(max(np.linalg.norm(corners[0] - corners[1]), np.linalg.norm(corners[2] - corners[3])))
+    height = int(max(np.linalg.norm(corners[0] - corners[3]), np.linalg.norm(corners[1] - corners[2])))
+    if width < 2 or height < 2:
+        return np.zeros((0, 0, 3), dtype=np.uint8)
+    target = np.array([[0, 0], [width, 0], [width, height], [0, height]], dtype=np.float32)
+    matrix = cv2.getPerspectiveTransform(corners.astype(np.float32), target)
+    return cv2.warpPerspective(image, matrix, (width, height), borderMode=cv2.BORDER_REPLICATE,
+                               flags=cv2.INTER_CUBIC)
+
+
+@dataclass
+class _Box:
+    corners: np.ndarray   # in full-resolution upload pixels, ordered in the text frame
+    across: float         # position along the text
+    depth: float          # position down the text
+    width: float
+    height: float
+
+
+def _boxes(raw: np.ndarray, scale: float, offset: np.ndarray, along: np.ndarray, down: np.ndarray) -> list[_Box]:
+    found = []
+    for box in raw:
+        corners = _ordered(box / scale + offset, along, down)
+        centre = corners.mean(axis=0)
+        width = float(np.linalg.norm(corners[1] - corners[0]))
+        height = float(np.linalg.norm(corners[3] - corners[0]))
+        found.append(_Box(corners, float(centre @ along) - width / 2, float(centre @ down) - height / 2, width, height))
+    return found
+
+
+def _upside_down(bgr: np.ndarray, boxes: list[_Box]) -> bool:
+    """Whether the text reads upside down in the frame: a score-weighted vote of the classifier over
+    the longest lines."""
+    # Lines that run with the text only: a stroke of writing across it says nothing of the card.
+    lines = [b for b in boxes if b.width >= LINE_ASPECT * b.height] or boxes
+    longest = sorted(lines, key=lambda b: b.width, reverse=True)[:DIRECTION_SAMPLE]
+    crops = [_crop(bgr, b.corners) for b in longest]
+    crops = [c for c in crops if c.size]
+    votes = text_model.upside_down(crops)
+    turned = sum(score for flipped, score in votes if flipped)
+    upright = sum(score for flipped, score in votes if not flipped)
+    return turned > upright
+
+
+def _flip(box: _Box) -> _Box:
+    c = box.corners
+    return _Box(np.array([c[2], c[3], c[0], c[1]], dtype=np.float32), -box.across - box.width,
+                -box.depth - box.height, box.width, box.height)
+
+
+def _rows_of(boxes: list[_Box]) -> list[list[_Box]]:
+    rows: list[list[_Box]] = []
+    for box in sorted(boxes, key=lambda b: b.depth + b.height / 2):
+        centre = box.depth + box.height / 2
+        if rows:
+            last = rows[-1]
+            last_centre = sum(b.depth + b.height / 2 for b in last) / len(last)
+            if abs(centre - last_centre) <= 0.5 * min(b.height for b in last):
+                last.append(box)
+                continue
+        rows.append([box])
+    return rows
+
+
+def _recognise(bgr: np.ndarray, boxes: list[tuple[_Box, str]]) -> list[TextLine]:
+    crops = [_crop(bgr, box.corners) for box, _ in boxes]
+    texts = text_model.recognise(crops)
+    return [TextLine(t.text.strip(), round(t.score, 4), round(b.across, 1), round(b.depth, 1), round(b.width, 1),
+                     round(b.height, 1), end)
+            for (b, end), t in zip(boxes, texts) if t.text.strip()]
+
+
+def _ends(boxes: list[_Box]) -> list[tuple[_Box, str]]:
+    rows = _rows_of(boxes)
+    chosen: list[tuple[_Box, str]] = []
+    for i, row in enumerate(rows):
+        end = "title" if i < TITLE_ROWS else "collector" if i >= len(rows) - COLLECTOR_ROWS else None
+        if end is not None:
+            chosen.extend((b, end) for b in row)
+    return chosen
+
+
+def _strip(bgr: np.ndarray, frame: "_Frame", top: float, bottom: float, left: float, right: float,
+           end: str) -> list[TextLine]:
+    """Detect and read every line of one band of the text frame (``top``..``bottom`` down the text,
+    ``left``..``right`` along it, in upload pixels), warped upright and enlarged so that small type
+    reaches the detector at a size it finds."""
+    import cv2
+
+    width, height = right - left, bottom - top
+    if width < 8 or height < 4:
+        return []
+    scale = min(MAX_UPSCALE, CLOSE_SIDE / width)
+    out_w, out_h = max(8, round(width * scale)), max(8, round(height * scale))
+    corners = np.array([frame.point(left, top), frame.point(right, top), frame.point(right, bottom),
+                        frame.point(left, bottom)], dtype=np.float32)
+    target = np.array([[0, 0], [out_w, 0], [out_w, out_h], [0, out_h]], dtype=np.float32)
+    band = cv2.warpPerspective(bgr, cv2.getPerspectiveTransform(corners, target), (out_w, out_h),
+                               borderMode=cv2.BORDER_REPLICATE, flags=cv2.INTER_CUBIC)
+    raw = text_model.detect(band)
+    boxes = []
+    for box in raw:
+        xs, ys = box[:, 0], box[:, 1]
+        boxes.append(_Box(box, left + float(xs.min()) / scale, top + float(ys.min()) / scale,
+                          float(xs.max() - xs.min()) / scale, float(ys.max() - ys.min()) / scale))
+    ordered = [(_Box(_ordered(b.corners, np.array([1.0, 0.0]), np.array([0.0, 1.0])), b.across, b.depth, b.width,
+                     b.height), end) for b in boxes]
+    return _recognise(band, ordered)
+
+
+@dataclass(frozen=True)
+class _Frame:
+    """The text frame: positions along the text and down it, in upload pixels, from the origin."""
+
+    along: np.ndarray
+    down: np.ndarray
+
+    def point(self, across: float, depth: float) -> np.ndarray:
+        return self.along * across + self.down * depth
+
+
+def read_card_text(image: Image.Image, confirms: Confirms | None = None) -> CardText:
+    """Read ``image`` (the upload, any way up). ``confirms`` says whether a read holds a reading the
+    catalogue confirms; without it, or when it says no, the two ends are read again closer."""
+    bgr = _to_bgr(image)
+    small, scale = _resized(bgr, DETECT_SIDE)
+    raw = text_model.detect(small)
+    angle = text_direction(raw)
+    along, down = _frame(angle)
+    boxes = _boxes(raw, scale, np.zeros(2, dtype=np.float32), along, down)
+    if boxes and _upside_down(bgr, boxes):
+        angle = (angle + 180.0) % 360.0
+        boxes = [_flip(b) for b in boxes]
+        along, down = -along, -down
+    result = CardText(rotation=_quarter_turns(angle), angle_deg=round(angle, 2), detected=len(boxes))
+    aligned = [b for b in boxes if b.width >= LINE_ASPECT * b.height]
+    if aligned:
+        reach = max(b.across + b.width for b in aligned) - min(b.across for b in aligned)
+        result.spread, result.aligned = round(reach / max(b.width for b in aligned), 3), len(aligned)
+    result.lines = _recognise(bgr, _ends(boxes))
+    result.passes = ("ends",)
+    if not boxes or (confirms is not None and confirms(result)):
+        return result
+    frame = _Frame(along, down)
+    left = min(b.across for b in boxes)
+    right = max(b.across + b.width for b in boxes)
+    top = min(b.depth for b in boxes)
+    bottom = max(b.depth + b.height for b in boxes)
+    span_w, span_h = right - left, bottom - top
+    # The text's region runs past what the coarse look found: the legal line and the collector line
+    # of older frames are the smallest type on the card, often missed at first.
+    left, right = left - span_w * SIDE_MARGIN, right + span_w * SIDE_MARGIN
+    collector = _strip(bgr, frame, bottom - span_h * COLLECTOR_BAND, bottom + span_h * BELOW_MARGIN, left, right,
+                       "collector")
+    title = _strip(bgr, frame, top - span_h * ABOVE_MARGIN, top + span_h * TITLE_BAND, left, right, "title")
+    result.lines = (title or result.at("title")) + (collector or result.at("collector"))
+    result.passes = ("ends", "close")
+    return result
+
+
+def _quarter_turns(angle_deg: float) -> int:
+    """The text's direction rounded to a quarter turn: 0 upright, 90 the card lies turned clockwise, ..."""
+    return int(round((angle_deg % 360.0) / 90.0)) % 4 * 90
