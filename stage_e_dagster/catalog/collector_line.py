@@ -116,8 +116,11 @@ _SLASH = re.compile(r"(?<![0-9A-Za-z/+\-])([0-9OoIlSB]{1,4}[a-z]?)\s*[/|\\]\s*([
 # (Not the start of a year range: "C 1993-2012" is a legal line.)
 _RARITY_FOUR = re.compile(rf"(?<![A-Za-z0-9])[{RARITY_LETTERS}]\s*[^\sA-Za-z0-9]?\s*([0-9OIlSB]{{4}}[a-z]?)(?![0-9])"
                           r"(?!\s*[-\u2013]\s*(?:19|20)\d{2})")
+# The slash misread as a comma or a full stop ("101,354 C"): taken only with the rarity letter after.
+_SLASH_MISREAD = re.compile(
+    rf"(?<![0-9A-Za-z/+\-])([0-9OIlSB]{{1,4}})\s*[,.]\s*([0-9OIlSB]{{3}})\s*[{RARITY_LETTERS}](?![A-Za-z])")
 # A lone number and a rarity letter, on a line of its own or before the set token: "311 R".
-_LONE_NUMBER = re.compile(rf"(?<![0-9A-Za-z/])([0-9]{{1,4}}[a-z]?)\s+[{RARITY_LETTERS}](?![A-Za-z0-9])")
+_LONE_NUMBER = re.compile(rf"(?<![0-9A-Za-z/,.])([0-9]{{1,4}}[a-z]?)\s+[{RARITY_LETTERS}](?![A-Za-z0-9])")
 # The legal line: a line holding one of these words or marks.
 _LEGAL = re.compile(r"wizards|coast|\bllc\b|\binc\b|\u00a9|\(c\)|\u2122|\bTM\b", re.IGNORECASE)
 # ("01993": a copyright mark read as a zero.)
@@ -216,7 +219,7 @@ def parse_collector_rows(rows: list[str], set_codes: frozenset[str] | None = Non
     number = form = None
     total: int | None = None
     for row in rows:
-        for match in _SLASH.finditer(row):
+        for match in (*_SLASH.finditer(row), *_SLASH_MISREAD.finditer(row)):
             read_total = _total(match.group(2))
             if read_total is not None and read_total >= MIN_PRINTED_TOTAL:
                 number, form, total = number_key(match.group(1)), FORM_SLASH, read_total

@@ -14,7 +14,16 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
-from ..catalog.collector_line import DIGIT_LOOKALIKES, LEADING_DIGIT_LOOKALIKES, RARITY_NUMBER, SLASH_NUMBER
+from ..catalog.collector_line import (
+    DIGIT_LOOKALIKES,
+    FORM_RARITY,
+    FORM_SLASH,
+    LEADING_DIGIT_LOOKALIKES,
+    MIN_PRINTED_TOTAL,
+    RARITY_NUMBER,
+    SLASH_NUMBER,
+    parse_collector_rows,
+)
 
 # Tesseract word confidence (0-100) at which one read of a set code counts as confirmed.
 STRONG_WORD_CONFIDENCE = 90.0
@@ -82,8 +91,14 @@ def read_collector(evidence: Any) -> CollectorReading:
     total = None
     repairs: list[RepairedNumber] = []
     collector_form = False
+    # The stored rows parsed as Stage C parsed them: its number in a collector form, with its total.
+    parse = parse_collector_rows(text.splitlines())
+    if number is not None and parse.number == number and parse.form in (FORM_SLASH, FORM_RARITY):
+        collector_form, total = True, parse.total
     for m in SLASH_NUMBER.finditer(text):
         read_total = _total(m.group(3))
+        if read_total is not None and read_total < MIN_PRINTED_TOTAL:
+            continue  # power and toughness ("4/3"), not a number over a set's total
         if number is not None and _number_key(m.group(2)) == number:
             collector_form = True
             total = total if total is not None else read_total
