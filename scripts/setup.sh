@@ -1,21 +1,11 @@
 #!/usr/bin/env bash
-# Set up everything the project needs on a fresh machine: Tesseract and chromium (Debian packages)
-# and a virtual environment with the project installed. Safe to run again; it only does what is missing.
+# Set up everything the project needs on a fresh machine: chromium (a Debian package, for the screenshots)
+# and a virtual environment with the project installed (the OCR model comes inside a wheel). Safe to run
+# again; it only does what is missing.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 VENV="${VENV:-.venv}"
 PYTHON="${PYTHON:-python3}"
-
-if ! command -v tesseract >/dev/null 2>&1; then
-    if [ "$(id -u)" = "0" ] && command -v apt-get >/dev/null 2>&1; then
-        echo "setup: installing tesseract-ocr (Debian)" >&2
-        apt-get update -qq
-        DEBIAN_FRONTEND=noninteractive apt-get install -y -qq tesseract-ocr >/dev/null
-    else
-        echo "setup: Tesseract is missing; install it first: sudo apt-get install tesseract-ocr" >&2
-        exit 1
-    fi
-fi
 
 # Debian's headless chromium, for scripts/screenshots.py and its test (Playwright drives it; no
 # browser download). Without root it is only a note: everything else works without it.

@@ -103,7 +103,9 @@ PRINTED_LANGUAGES: dict[str, str] = {
 # A number over a total below this is power and toughness ("4/3", "12/12"), not a set's printed size.
 MIN_PRINTED_TOTAL = 20
 # Bullets, stars and the marks OCR reads for them, between the set code and the language.
-_SEPARATOR = r"[\s\u2022\u00b7\u2605\u2606*\-.,:;\u00bb\u00ab'`\"~+=_|]*"
+_MARKS = r"[\s\u2022\u00b7\u00b0\u2605\u2606*\-.,:;\u00bb\u00ab'`\"~+=_|]*"
+# (A bullet read as a lower-case e, o or a sits among them: "GFF*eEN".)
+_SEPARATOR = rf"{_MARKS}[eoa]?{_MARKS}"
 _LANG_ALT = "|".join(sorted(PRINTED_LANGUAGES, key=len, reverse=True))
 # The set code and language as one token: "BFZ • EN", "BFZ·EN", "KHM-EN", "C16 * JP", "SOI·ENVINCENT"
 # (the artist glued on: after the language comes anything but a lower-case letter).
@@ -185,6 +187,10 @@ def _set_and_language(rows: list[str], set_codes: frozenset[str] | None) -> tupl
         if code in set_codes:
             return i, code, True, False, lang
     for i, code, lang in found:
+        # The bullet read as a capital glued to the code ("BFZBEN"): the code as printed is known.
+        if len(code) >= 3 and code[:-1] in set_codes:
+            return i, code[:-1], True, False, lang
+    for i, code, lang in found:
         repaired = repair_code(code, set_codes)
         if repaired is not None:
             return i, repaired, True, True, lang
@@ -194,7 +200,7 @@ def _set_and_language(rows: list[str], set_codes: frozenset[str] | None) -> tupl
 
 # Glyphs a set code's letters and digits are misread as, each way.
 _CODE_CONFUSIONS = {"0": "o", "o": "0q", "1": "il", "i": "1l", "l": "1i", "5": "s", "s": "5", "8": "b", "b": "8",
-                    "2": "z", "z": "2", "6": "g", "g": "6", "u": "v", "v": "u"}
+                    "2": "z", "z": "2", "6": "g", "g": "6", "u": "v", "v": "u", "e": "f", "f": "e"}
 
 
 def repair_code(code: str, set_codes: frozenset[str]) -> str | None:

@@ -23,19 +23,22 @@ MANIFEST_VERSIONS: MappingProxyType[str, str] = MappingProxyType(
         "fetch_health": "fetch-health-v1",
         # Localisation (issue 11): every image extractor below reads the card found in the upload,
         # so each was bumped when it stopped reading the raw upload.
-        "card_localisation": "card-localisation-v2",  # v2: several cards and slabs named; 180 turn by text
+        # Issue 30: the text is read by PP-OCR where it is in the upload (not in the localised card's
+        # bottom band), so every extractor fed by the text, and the 180 turn and several-cards call it
+        # makes for the localisation, moved to a new version.
+        "card_localisation": "card-localisation-v3",  # v3: the 180 turn and several cards from the read text
         "geometry_bleed": "geometry-bleed-v2",
         "layout_class": "layout-class-v3",  # v3: the confidence is the reading's own agreement too
         "crop_coordinates": "crop-coordinates-v2",
-        "collector_line_ocr": "collector-line-ocr-v4",  # v4: a flipped-polarity tier, the copyright-line number, strips
-        "collector_line_word_boxes": "collector-line-word-boxes-v2",
-        "artist_ocr": "artist-ocr-v3",  # v3: credits in capitals
+        "collector_line_ocr": "collector-line-ocr-v5",  # v5: PP-OCR rows parsed by catalog/collector_line.py
+        "collector_line_word_boxes": "collector-line-word-boxes-v3",  # v3: lines with the recogniser's score
+        "artist_ocr": "artist-ocr-v4",  # v4: from the PP-OCR rows
         "symbol_region": "symbol-region-v2",
         "art_phash": "art-phash-v2",
-        "legal_line": "legal-line-v4",  # v4: an unmarked year range gives its end too
+        "legal_line": "legal-line-v5",  # v5: from the PP-OCR rows; a year before "Wizards" is marked
         "quality_signals": "quality-signals-v2",
         "color_profile": "color-profile-v2",
-        "title_ocr": "title-ocr-v1",  # issue 20: the name on the title bar
+        "title_ocr": "title-ocr-v2",  # v2: the title end's rows (the name first), from PP-OCR
     }
 )
 

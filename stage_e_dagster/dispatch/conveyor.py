@@ -24,7 +24,7 @@ from ..settings import Settings
 from .batches import dispatch_writer, get_batch, mark_succeeded, record_stage_c_end, still_held, take_batch
 from .guard import FLAG_OFF, check_gate
 
-if TYPE_CHECKING:  # the stages (OpenCV, Tesseract, HTTP) load when a run first needs them, not with the code location
+if TYPE_CHECKING:  # the stages (OpenCV, ONNX Runtime, HTTP) load when a run first needs them, not at load
     from ..stage_c.fetch import ImageFetcher
     from ..stage_c.run import StageCReport
     from ..stage_d.run import StageDReport

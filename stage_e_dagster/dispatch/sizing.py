@@ -40,7 +40,7 @@ MAX_BATCH_CARDS = 500
 # small costs every slot another run's start-up.
 DEFAULT_SECONDS_PER_CARD = 0.1
 # A dispatch run's start-up before its first line of user code: the queue launching it to the
-# worker's RUN_START, a new process importing Dagster, OpenCV, Tesseract and the project (measured
+# worker's RUN_START, a new process importing Dagster, OpenCV and the project (measured
 # ~4 s on a quiet 2-core machine, 4.4-7 s under load by bench/scale.py). A trickle or a backlog's
 # tail is split into one more batch only if each still holds this much work: a smaller split costs
 # another run's start-up to save less time than that.

@@ -32,7 +32,7 @@ from PIL import Image
 from ..catalog.evidence_facts import GRADED_SLAB, LAYOUT_CONFIDENCE_BAR, SEVERAL_CARDS
 from .geometry import BLEED_ASPECT, TRIM_ASPECT, BleedClass, classify_bleed
 
-# One OpenCV thread per worker, as Tesseract has one (``ocr.OMP_THREAD_LIMIT``): cards already run side
+# One OpenCV thread per worker, as the OCR model has one (``text_model.SESSION_THREADS``): cards already run side
 # by side, one per worker. With OpenCV's default pool (a thread per CPU in every worker), two workers on
 # two CPUs read 70-75% CPU pressure on their own, which the governor takes for a neighbour; with one
 # thread they read 5-15% at the same cards per second (measured with `stage-e bulk --workers 2`).

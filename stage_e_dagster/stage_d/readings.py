@@ -25,7 +25,8 @@ from ..catalog.collector_line import (
     parse_collector_rows,
 )
 
-# Tesseract word confidence (0-100) at which one read of a set code counts as confirmed.
+# Recogniser confidence (0-100: Stage C stores a line's score times 100) at which one read of a set code
+# counts as confirmed.
 STRONG_WORD_CONFIDENCE = 90.0
 # Bullets that OCR glues to the end of a set code ("DMUe EN").
 _BULLET_LETTERS = "eoa"
@@ -50,7 +51,7 @@ class CollectorReading:
     """What the stored text says about the parsed set code and number."""
 
     set_code_as_printed: bool        # the code is a whole token of the text, in capitals (a bullet peeled off)
-    set_code_confidence: float | None  # best Tesseract confidence of a word holding it as printed
+    set_code_confidence: float | None  # best confidence of a line holding it as printed
     number_in_collector_form: bool   # the number is printed over a set size or after a rarity letter
     printed_total: int | None = None  # the set size printed after the number ("041/281" -> 281)
     repairs: tuple[RepairedNumber, ...] = ()  # look-alike repairs of a letter read before the number

@@ -1,6 +1,6 @@
 """Loading the code location imports only what it needs to list its definitions (issue 18, item 3).
 
-A run worker loads ``stage_e_dagster.definitions`` before its first step; OpenCV, Tesseract, the HTTP
+A run worker loads ``stage_e_dagster.definitions`` before its first step; OpenCV, ONNX Runtime, the HTTP
 client (which pulls in Rich), the CLI, the Scryfall importer and the corpus renderer are for the
 steps or for other commands, so they load when those first need them. Each check runs in a fresh
 interpreter, where ``sys.modules`` holds exactly what the import brought in.
@@ -18,7 +18,8 @@ pytestmark = pytest.mark.slow  # a child interpreter per check
 
 NOT_AT_LOAD = (
     "cv2",
-    "tesserocr",
+    "onnxruntime",
+    "rapidocr",
     "httpx",
     "rich",
     "typer",
@@ -49,7 +50,7 @@ def loaded_after(imports: str) -> list[str]:
     return json.loads(done.stdout.strip().splitlines()[-1])
 
 
-def test_loading_the_code_location_imports_neither_opencv_nor_tesseract_nor_the_cli() -> None:
+def test_loading_the_code_location_imports_neither_opencv_nor_onnxruntime_nor_the_cli() -> None:
     loaded = loaded_after(
         "from stage_e_dagster.definitions import defs\n"
         "repo = defs.get_repository_def()\n"

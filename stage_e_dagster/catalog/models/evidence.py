@@ -10,6 +10,9 @@ from sqlalchemy.orm import Mapped, mapped_column
 
 from ..base import Base, created_at, intpk, utcnow
 
+TITLE_TEXT_COMMENT = "the rows at the title end of the card's text, one per line, the name first"
+TITLE_CONFIDENCE_COMMENT = "the title rows' mean recogniser score, 0-100"
+
 
 class ImageEvidence(Base):
     """Evidence for one (card, content hash). A new image gets a new row; old rows stay as history.
@@ -81,8 +84,8 @@ class ImageEvidence(Base):
     color_mean_rgb: Mapped[list[Any] | None] = mapped_column(sa.JSON)
     color_stddev_rgb: Mapped[list[Any] | None] = mapped_column(sa.JSON)
     # title_ocr
-    title_text: Mapped[str | None] = mapped_column(sa.String(200), comment="confident words of the title bar")
-    title_confidence: Mapped[float | None] = mapped_column(sa.Float, comment="their mean Tesseract confidence")
+    title_text: Mapped[str | None] = mapped_column(sa.String(200), comment=TITLE_TEXT_COMMENT)
+    title_confidence: Mapped[float | None] = mapped_column(sa.Float, comment=TITLE_CONFIDENCE_COMMENT)
 
     writer: Mapped[str] = mapped_column(sa.String(80), comment="dispatch:<run>, bulk:<id>, or a person")
     run_id: Mapped[str | None] = mapped_column(sa.String(64), index=True)
