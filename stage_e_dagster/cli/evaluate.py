@@ -60,7 +60,8 @@ def by_table(rows: list[dict[str, Any]]) -> Table:
 
 def photo_table(results: list[PhotoResult]) -> Table:
     grid = Table(title="Photos")
-    for column in ("file", "label", "read", "number", "set", "join key", "fallback", "votes", "wrong"):
+    grid.add_column("file", no_wrap=True)  # a file name is an id: never cut
+    for column in ("label", "read", "number", "set", "join key", "fallback", "votes", "wrong"):
         grid.add_column(column, overflow="fold")
     for r in results:
         read = f"{r.read_set or '-'}/{r.read_number or '-'}"

@@ -29,8 +29,9 @@ _NOT_NAME_WORDS = frozenset({"PROXY", "NOT", "FOR", "SALE", "TM", "LLC", "INC", 
                              "ALL", "RIGHTS", "RESERVED", "PLAYTEST", "ILLUS", *LANG_CODES})
 # "Illus." as printed and as misread: "Ilus", "lus.", "Itus." (the double l read as t), "ILLUS.".
 _ILLUS_ANCHOR = r"(?:\b[Il1|]{1,2}lu[s5][.,:]?|\b[il1|]u[s5][.,:]|\b[Il1|]tu[s5][.,:]|\bILLU[S5][.,:]?)"
-_ILLUS = re.compile(rf"{_ILLUS_ANCHOR}\s+({_NAME_WORD}(?:\s+{_NAME_WORD}){{0,3}})")
-_ILLUS_CAPS = re.compile(rf"{_ILLUS_ANCHOR}\s+({_CAPS_WORD}(?:!?\s+{_CAPS_WORD}){{0,3}}!?)")
+# (Early printings put a copyright mark before the name: "Illus. (c)Anson Maddocks".)
+_ILLUS = re.compile(rf"{_ILLUS_ANCHOR}\s+(?:\u00a9\s*)?({_NAME_WORD}(?:\s+{_NAME_WORD}){{0,3}})")
+_ILLUS_CAPS = re.compile(rf"{_ILLUS_ANCHOR}\s+(?:\u00a9\s*)?({_CAPS_WORD}(?:!?\s+{_CAPS_WORD}){{0,3}}!?)")
 _GLUED = re.compile(r"(?<=[a-z])(?=[A-Z][a-z])")
 
 

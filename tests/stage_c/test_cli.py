@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 import sqlalchemy as sa
+from PIL import Image
 from typer.testing import CliRunner
 
 from stage_e_dagster.catalog.base import utcnow
@@ -136,9 +137,9 @@ def test_evaluate_a_folder_of_photos_with_a_labels_csv(tmp_path: Path) -> None:
     out = runner.invoke(app, ["evaluate", str(folder), "--json"])
     assert out.exit_code == 0, out.output
     report = json.loads(out.output)
-    assert report["totals"] == {"photos": 2, "collector_number_right": 2, "collector_number_printed": 2,
-                                "set_code_right": 2, "set_code_printed": 2, "votes": 2, "wrong_votes": 0,
-                                "cards_voted": 2}
+    expected = {"photos": 2, "collector_number_right": 2, "collector_number_printed": 2, "set_code_right": 2,
+                "set_code_printed": 2, "votes": 2, "wrong_votes": 0, "cards_voted": 2, "multi_card_photos": 0}
+    assert {key: report["totals"][key] for key in expected} == expected
     assert [(p["file"], p["join_key"], p["votes"]) for p in report["photos"]] == [
         ("dmu.png", "vote", ["dmu/41"]), ("fdn.png", "vote", ["fdn/100"])]
     table = runner.invoke(app, ["evaluate", str(folder)])
@@ -178,3 +179,47 @@ def test_bulk_tries_cards_waiting_on_configuration_again_once_the_settings_chang
     monkeypatch.setenv("STAGE_E_IMAGE_ROOTS", str(env / "corpus"))
     fixed = json.loads(runner.invoke(app, ["bulk", "--stage", "c", "--json"]).output)
     assert (fixed["attempted"], fixed["completed"], fixed["config_refused"]) == (2, 2, 0)
+
+
+def test_evaluate_takes_several_photos_of_one_printing_a_photo_of_several_cards_and_a_render(
+        tmp_path: Path) -> None:
+    """Issue 30, item 7: labels as real collections have them. Two photos of one printing, a photo of
+    two cards (one labels row per card) and a flagged render are all valid input: the evaluation runs
+    to the end (it stopped with an IntegrityError), scores the photo of several cards as an abstention
+    with its reason, and casts no wrong vote."""
+    folder = tmp_path / "photos"
+    folder.mkdir()
+    header = "file,set,collector_number,printed_collector_text,lang,name,artist,border_color,orientation"
+    rows = [header]
+    faces = {}
+    for code, number, size, name in (("dmu", "41", 281, "Broodhunter Wurm"), ("dmu", "42", 281, "Krosan Tusker")):
+        spec = PrintingSpec(key=code + number, set_code=code.upper(), name=name, collector_number=number, lang="en",
+                            rarity="C", artist="Ann Artist", border_color="black", frame="2015", style="slash",
+                            released=date(2022, 9, 9), set_size=size, art_seed=int(number))
+        faces[number] = render_face(spec, Variant(height=900))
+    line = "{n:03d}/281 C / DMU \u2022 EN,en,{name},Ann Artist,black,{orientation}"
+    for file, orientation in (("wurm-a.png", "upright"), ("wurm-b.png", "upright, closer"),
+                              ("render_wurm.png", "RENDER: flat digital card image")):
+        faces["41"].save(folder / file)
+        rows.append(f"{file},dmu,41," + line.format(n=41, name="Broodhunter Wurm", orientation=orientation))
+    pair = Image.new("RGB", (faces["41"].width * 2 + 60, faces["41"].height + 40), (240, 240, 235))
+    pair.paste(faces["41"], (20, 20))
+    pair.paste(faces["42"], (faces["41"].width + 40, 20))
+    pair.save(folder / "multi_two.png")
+    for number, name in (("41", "Broodhunter Wurm"), ("42", "Krosan Tusker")):
+        rows.append(f"multi_two.png,dmu,{number}," + line.format(n=int(number), name=name, orientation="MULTI 2 cards"))
+    (folder / "labels.csv").write_text("\n".join(rows) + "\n", encoding="utf-8")
+
+    out = runner.invoke(app, ["evaluate", str(folder), "--json"])
+    assert out.exit_code == 0, out.output
+    report = json.loads(out.output)
+    totals = report["totals"]
+    assert totals["photos"] == 4 and totals["labelled_cards"] == 5 and totals["wrong_votes"] == 0
+    assert totals["multi_card_photos"] == 1 and totals["multi_card_photos_abstained"] == 1
+    by_file = {(p["file"], p["collector_number"]): p for p in report["photos"]}
+    for file in ("wurm-a.png", "wurm-b.png", "render_wurm.png"):
+        assert by_file[(file, "41")]["votes"] == ["dmu/41"], by_file[(file, "41")]
+    assert by_file[("render_wurm.png", "41")]["render"]
+    for number in ("41", "42"):
+        several = by_file[("multi_two.png", number)]
+        assert several["several_cards"] and several["votes"] == [] and several["join_key"] == "several-cards"
