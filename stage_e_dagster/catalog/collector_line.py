@@ -103,8 +103,8 @@ PRINTED_LANGUAGES: dict[str, str] = {
 # A number over a total below this is power and toughness ("4/3", "12/12"), not a set's printed size.
 MIN_PRINTED_TOTAL = 20
 # Bullets, stars and the marks OCR reads for them, between the set code and the language.
-_MARKS = r"[\s\u2022\u00b7\u00b0\u2605\u2606*\-.,:;\u00bb\u00ab'`\"~+=_|]*"
-# (A bullet read as a lower-case e, o or a sits among them: "GFF*eEN".)
+_MARKS = r"(?:[^\w]|[\u00f8\u00d8])*"
+# (A bullet read as a lower-case e, o or a sits among them: "GFF*eEN"; or as a slashed o: "FDN\u00f8 DE".)
 _SEPARATOR = rf"{_MARKS}[eoa]?{_MARKS}"
 _LANG_ALT = "|".join(sorted(PRINTED_LANGUAGES, key=len, reverse=True))
 # The set code and language as one token: "BFZ • EN", "BFZ·EN", "KHM-EN", "C16 * JP", "SOI·ENVINCENT"

@@ -13,11 +13,12 @@ import re
 from ..catalog.collector_line import LANG_CODES, SET_AND_LANGUAGE
 
 # A marked year, or the end of a marked range: "(c) 1993-2012" is a 2012 card.
-# A scene-text reader often drops the small (c) mark: a year followed by "Wizards" is marked as well.
+# A scene-text reader often drops the small (c) mark: a year that starts its line and is followed by
+# "Wizards" is marked as well (one after other words, "MA 2000 Wizards", may be a misread mark).
 _YEAR_MARKED = re.compile(
     r"(?:\u00a9|\(c\)|\bc\)|copyright|&)\s*((?:19|20)\d{2})(?:\s*[-\u2013]\s*((?:19|20)\d{2}))?\b"
-    r"|((?:19|20)\d{2})(?:\s*[-\u2013]\s*((?:19|20)\d{2}))?\s+wizards",
-    re.IGNORECASE,
+    r"|^[^\w]*((?:19|20)\d{2})(?:\s*[-\u2013]\s*((?:19|20)\d{2}))?\s+wizards",
+    re.IGNORECASE | re.MULTILINE,
 )
 _YEAR_BARE = re.compile(r"(?<!\d)((?:19|20)\d{2})(?:\s*[-\u2013]\s*((?:19|20)\d{2}))?(?!\d)")
 _PROXY = re.compile(r"not\s*for\s*sale|\bproxy\b|playtest|original\s+design", re.IGNORECASE)
@@ -90,8 +91,12 @@ def parse_artist_after_language(line: str) -> str | None:
     name = _caps_name(caps.group(0)) if caps else None
     if name:
         return name
-    words = re.findall(_NAME_WORD, rest)
-    name = " ".join(words[:3]).strip()
+    words = []
+    for word in re.findall(_NAME_WORD, rest):
+        if word.upper() in _NOT_NAME_WORDS or len(words) == 3:
+            break  # the legal line follows the credit on one printed line: "Dara Moreau (c) 2016 Wizards"
+        words.append(word)
+    name = " ".join(words).strip()
     return _unglue(name)[:64] or None
 
 

@@ -111,14 +111,16 @@ def _to_bgr(image: Image.Image) -> np.ndarray:
 
 
 def _resized(bgr: np.ndarray, side: int) -> tuple[np.ndarray, float]:
-    """A copy whose long side is at most ``side``, and the factor applied."""
+    """A copy whose long side is ``side`` (a small upload enlarged at most ``MAX_UPSCALE`` times, so
+    that its type reaches a size the detector finds), and the factor applied."""
     import cv2
 
     h, w = bgr.shape[:2]
-    scale = min(1.0, side / max(h, w))
-    if scale >= 1.0:
+    scale = min(MAX_UPSCALE, side / max(h, w))
+    if abs(scale - 1.0) < 0.02:
         return bgr, 1.0
-    return cv2.resize(bgr, (max(1, round(w * scale)), max(1, round(h * scale))), interpolation=cv2.INTER_AREA), scale
+    interpolation = cv2.INTER_AREA if scale < 1.0 else cv2.INTER_CUBIC
+    return cv2.resize(bgr, (max(1, round(w * scale)), max(1, round(h * scale))), interpolation=interpolation), scale
 
 
 def _long_axis(box: np.ndarray) -> tuple[float, float]:
@@ -241,10 +243,14 @@ def _recognise(bgr: np.ndarray, boxes: list[tuple[_Box, str]]) -> list[TextLine]
 
 
 def _ends(boxes: list[_Box]) -> list[tuple[_Box, str]]:
+    """The boxes of the rows at each end of the text. With no more rows than the collector end takes
+    (a crop of the bottom lines, a full-art card's few lines), every row is the collector end's and
+    none is taken for a title."""
     rows = _rows_of(boxes)
     chosen: list[tuple[_Box, str]] = []
+    has_title = len(rows) > COLLECTOR_ROWS
     for i, row in enumerate(rows):
-        end = "title" if i < TITLE_ROWS else "collector" if i >= len(rows) - COLLECTOR_ROWS else None
+        end = "title" if has_title and i < TITLE_ROWS else "collector" if i >= len(rows) - COLLECTOR_ROWS else None
         if end is not None:
             chosen.extend((b, end) for b in row)
     return chosen
@@ -322,7 +328,8 @@ def read_card_text(image: Image.Image, confirms: Confirms | None = None) -> Card
     left, right = left - span_w * SIDE_MARGIN, right + span_w * SIDE_MARGIN
     collector = _strip(bgr, frame, bottom - span_h * COLLECTOR_BAND, bottom + span_h * BELOW_MARGIN, left, right,
                        "collector")
-    title = _strip(bgr, frame, top - span_h * ABOVE_MARGIN, top + span_h * TITLE_BAND, left, right, "title")
+    title = (_strip(bgr, frame, top - span_h * ABOVE_MARGIN, top + span_h * TITLE_BAND, left, right, "title")
+             if len(_rows_of(boxes)) > COLLECTOR_ROWS else [])
     result.lines = (title or result.at("title")) + (collector or result.at("collector"))
     result.passes = ("ends", "close")
     return result

@@ -31,9 +31,11 @@ STRONG_WORD_CONFIDENCE = 90.0
 # Bullets that OCR glues to the end of a set code ("DMUe EN").
 _BULLET_LETTERS = "eoa"
 _TOKEN = re.compile(r"[A-Za-z0-9]+")
-# A year after a copyright mark, or before "Wizards" (a scene-text read often drops the small mark).
+# A year after a copyright mark, or starting its line before "Wizards" (a scene-text read often drops
+# the small mark; "MA 2000 Wizards" after other words may be a misread mark, and stays unmarked).
 _MARKED_YEAR = re.compile(r"(?:\u00a9|\(c\)|\bc\)|copyright|&)\s*(?:(?:19|20)\d{2}\s*[-\u2013]\s*)?((?:19|20)\d{2})"
-                          r"|(?:(?:19|20)\d{2}\s*[-\u2013]\s*)?((?:19|20)\d{2})\s+wizards", re.IGNORECASE)
+                          r"|^[^\w]*(?:(?:19|20)\d{2}\s*[-\u2013]\s*)?((?:19|20)\d{2})\s+wizards",
+                          re.IGNORECASE | re.MULTILINE)
 
 
 @dataclass(frozen=True)

@@ -147,12 +147,13 @@ def test_a_render_is_the_whole_image() -> None:
         assert found.card.size == image.size
 
 
-def test_without_localisation_the_same_photo_loses_its_collector_line() -> None:
-    """The defect the localisation fixes: the bottom band cut from the raw photo is not the card's."""
+def test_the_text_is_read_where_it_is_whether_or_not_the_card_was_found() -> None:
+    """Issue 30: the reader reads the upload where its text is; the localisation no longer decides
+    what gets read (the bottom band cut from a wrong quad lost the collector line)."""
     p = _modern(1)
     photo, _ = _photo(p, kind="table", tilt=12.0, turn=0, fill=0.7, seed=3)
-    raw = ImageContext(photo, LEXICON)  # the old path: the upload taken as the card
-    assert collector_line_ocr(raw)[0]["collector_number"] != p.collector_number
+    raw = ImageContext(photo, LEXICON)  # no localisation at all: the upload as it is
+    assert collector_line_ocr(raw)[0]["collector_number"] == p.collector_number
     localised = ImageContext.from_upload(photo, LEXICON)
     assert collector_line_ocr(localised)[0]["collector_number"] == p.collector_number
 
