@@ -111,13 +111,15 @@ def _to_bgr(image: Image.Image) -> np.ndarray:
 
 
 def _resized(bgr: np.ndarray, side: int) -> tuple[np.ndarray, float]:
-    """A copy whose long side is ``side`` (a small upload enlarged at most ``MAX_UPSCALE`` times, so
-    that its type reaches a size the detector finds), and the factor applied."""
+    """A copy whose long side is at most ``side``, and the factor applied. A small upload (under half
+    that) is enlarged to it, at most ``MAX_UPSCALE`` times, so that its type reaches a size the
+    detector finds; a webcam frame or a phone photo is only ever made smaller."""
     import cv2
 
     h, w = bgr.shape[:2]
-    scale = min(MAX_UPSCALE, side / max(h, w))
-    if abs(scale - 1.0) < 0.02:
+    scale = side / max(h, w)
+    scale = min(MAX_UPSCALE, scale) if scale >= 2.0 else min(1.0, scale)
+    if scale == 1.0:
         return bgr, 1.0
     interpolation = cv2.INTER_AREA if scale < 1.0 else cv2.INTER_CUBIC
     return cv2.resize(bgr, (max(1, round(w * scale)), max(1, round(h * scale))), interpolation=interpolation), scale
