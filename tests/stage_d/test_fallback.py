@@ -83,3 +83,52 @@ def test_art_that_contradicts_the_collector_line_abstains() -> None:
     # A line that reads no candidate's number (an OCR miss) does not stand in the way.
     d = decide_fallback(ev(collector_number="77"), [pf(1, ART), pf(2, flip(ART, 30))])
     assert (d.kind, d.printing_id) == ("vote", 1)
+
+
+# Issue 30, item 5: old frames print no number; the legal line's year, the border and the art place them.
+
+RATS = "Plague Rats"
+
+
+def rats(pid: int, code: str, released: date, border: str) -> PrintingFacts:
+    """Plague Rats printings share one illustration: the art hash alone cannot tell them apart."""
+    return PrintingFacts(pid, code, str(pid), "en", "Anson Maddocks", border, "1993", released, ART)
+
+
+PLAGUE_RATS = [rats(1, "lea", date(1993, 8, 5), "black"), rats(2, "2ed", date(1993, 12, 1), "white"),
+               rats(3, "3ed", date(1994, 4, 11), "white"), rats(4, "4ed", date(1995, 4, 1), "white")]
+
+
+def old_frame(**fields: Any) -> SimpleNamespace:
+    base: dict[str, Any] = dict(layout_class="white", copyright_year=None, legal_raw_text=None,
+                                title_text="Plague Rats\nSummon Rats")
+    return ev(**{**base, **fields})
+
+
+def test_an_old_frame_is_placed_by_its_legal_line_year_and_border() -> None:
+    d = decide_fallback(old_frame(copyright_year=1995, legal_raw_text="1995 Wizards of the Coast, Inc."),
+                        PLAGUE_RATS, RATS)
+    assert (d.kind, d.printing_id) == ("vote", 4)
+    assert {"legal-year", "border", "title"} <= set(d.detail["readings"])
+
+
+def test_an_old_frame_abstains_when_two_printings_fit() -> None:
+    # No legal line read (Revised prints none): the white-bordered three share the art.
+    d = decide_fallback(old_frame(), PLAGUE_RATS, RATS)
+    assert (d.kind, d.reason) == ("abstain", A.AMBIGUOUS)
+    # A 1994 line fits Revised (1994) and Fourth Edition (released early 1995): still two.
+    d = decide_fallback(old_frame(copyright_year=1994, legal_raw_text="\u00a9 1994 Wizards of the Coast"),
+                        PLAGUE_RATS, RATS)
+    assert (d.kind, d.reason) == ("abstain", A.AMBIGUOUS)
+
+
+def test_a_stray_year_does_not_place_an_old_frame() -> None:
+    """A year after other words ("MA 1995 Wizards") may be a misread mark: not the printing's year."""
+    d = decide_fallback(old_frame(copyright_year=1995, legal_raw_text="MA 1995 Wizards"), PLAGUE_RATS, RATS)
+    assert (d.kind, d.reason) == ("abstain", A.AMBIGUOUS)
+
+
+def test_a_confident_other_title_blocks_the_fallback_s_vote() -> None:
+    d = decide_fallback(old_frame(copyright_year=1995, legal_raw_text="1995 Wizards of the Coast, Inc.",
+                                  title_text="Lightning Bolt\nInstant"), PLAGUE_RATS, RATS)
+    assert (d.kind, d.reason) == ("abstain", A.NAME_DISAGREES)

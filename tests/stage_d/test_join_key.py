@@ -241,3 +241,23 @@ def test_look_alike_repair_inside_the_read_set() -> None:
         ("vote", 7, "t74", "look-alike-repair")
     # Without 174 in dmu the repair is refused: the number is simply not in the read set.
     assert decide_join_key(glued, [pf(7, "dmu", "175"), pf(8, "fdn", "74")], LEXICON).reason == A.NUMBER_NOT_IN_SET
+
+
+# Issue 30, item 4: the title end's rows (the name, then the type line) as a key.
+
+def test_the_title_row_that_is_a_name_speaks_for_the_title_end() -> None:
+    rows = "Broodhunter Wurm\nCreature \u2014 Wurm"
+    d = decide_join_key(ev(title_text=rows), [DMU_41], LEXICON, name="Broodhunter Wurm")
+    assert (d.kind, d.confidence) == ("vote", 0.9)
+    other = decide_join_key(ev(title_text="Lightning Shrieker\nCreature \u2014 Dragon"), [DMU_41], LEXICON,
+                            name="Broodhunter Wurm")
+    assert (other.kind, other.reason) == ("abstain", A.NAME_DISAGREES)
+
+
+def test_a_misread_number_naming_a_printing_that_exists_is_blocked_by_the_title() -> None:
+    """"16/303" read for "186/303": the upload's name has a printing at mh2 16, but the title reads
+    another card, so the misread never becomes a vote."""
+    misread = ev(collector_set_code="mh2", collector_number="16", collector_line_raw_text="16/303 R\nMH2 \u2605 EN",
+                 title_text="Asmoranomardicadaistinaculdacar\nLegendary Creature \u2014 Human Wizard")
+    d = decide_join_key(misread, [pf(5, "mh2", "16", printed_size=303)], LEXICON | {"mh2"}, name="Sanctum Weaver")
+    assert (d.kind, d.reason) == ("abstain", A.NAME_DISAGREES)

@@ -1,0 +1,124 @@
+"""The scene-text reader with the real PP-OCR model the product ships (issue 30).
+
+A card reads whichever way up it lies (the direction comes from the detected lines and the
+direction classifier, not from the localiser), the model runs with no network at all (its ONNX files
+come inside the rapidocr wheel), its sessions are built once per process with one thread each, and
+an upload with no text is an abstention with its reason, never a vote.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import random
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from PIL import Image
+
+from stage_e_dagster.corpus.catalogue import PrintingSpec, build_catalogue
+from stage_e_dagster.corpus.render import Variant, render_card
+from stage_e_dagster.stage_c.compute import compute_evidence
+
+SETS, SPECS = build_catalogue(random.Random(11), 80)
+LEXICON = frozenset(s.code.lower() for s in SETS)
+REAL_PHOTOS_2 = Path(__file__).resolve().parents[2].parent / "shared" / "fixtures" / "real-photos-2"
+
+
+def modern(k: int) -> PrintingSpec:
+    return [p for p in SPECS if p.style in ("slash", "rarity")][k]
+
+
+def on_a_table(card: Image.Image, turn: int) -> Image.Image:
+    """The card turned ``turn`` degrees counter-clockwise, lying on a plain table with a margin."""
+    turned = card.rotate(turn, expand=True)
+    table = Image.new("RGB", (turned.width + 160, turned.height + 120), (120, 98, 70))
+    table.paste(turned, (80, 60))
+    return table
+
+
+def png(image: Image.Image) -> bytes:
+    buf = io.BytesIO()
+    image.save(buf, format="PNG")
+    return buf.getvalue()
+
+
+@pytest.mark.parametrize("turn", [90, 180, 270])
+def test_a_sideways_or_upside_down_card_reads(turn: int) -> None:
+    p = modern(2)
+    photo = on_a_table(render_card(p, Variant(height=900), noise_seed=4), turn)
+    result = compute_evidence("h", png(photo), latency_ms=1.0, lexicon=LEXICON)
+    fields = result.fields
+    assert (fields["collector_number"], fields["collector_set_code"]) == (p.collector_number, p.set_code.lower())
+    assert fields["title_text"].splitlines()[0] == p.name
+    # The localised card is turned upright as well, so its art box is the art's.
+    assert fields["localisation_rotation"] == turn % 360
+
+
+@pytest.mark.skipif(not (REAL_PHOTOS_2 / "labels.csv").is_file(),
+                    reason=f"real photos not present at {REAL_PHOTOS_2} (evaluation input kept outside the project)")
+def test_a_real_upside_down_photo_reads() -> None:
+    """A phone photo of a card turned about 150 degrees (soi-239): read as the card prints it."""
+    data = (REAL_PHOTOS_2 / "soi-239_watcher-in-the-web_upside-down.jpg").read_bytes()
+    fields = compute_evidence("h", data, latency_ms=1.0, lexicon=frozenset({"soi"})).fields
+    assert (fields["collector_number"], fields["collector_set_code"], fields["collector_language"]) == \
+        ("239", "soi", "en")
+    assert fields["title_text"].splitlines()[0] == "Watcher in the Web"
+
+
+def test_an_image_with_no_text_is_an_abstention_with_its_reason() -> None:
+    blank = Image.new("RGB", (600, 840), (30, 90, 40))
+    result = compute_evidence("h", png(blank), latency_ms=1.0, lexicon=LEXICON)
+    assert result.fields["collector_number"] is None and result.fields["title_text"] is None
+    assert result.skip_reasons["collector_line_ocr"] == "no-text"
+    assert result.skip_reasons["title_ocr"] == "no-text"
+
+
+READ_OFFLINE = """
+import io, json, sys
+from PIL import Image
+from stage_e_dagster.stage_c import text_model
+from stage_e_dagster.stage_c.text_reader import read_card_text
+image = Image.open(io.BytesIO(sys.stdin.buffer.read()))
+first = read_card_text(image)
+engine = text_model.engine()
+second = read_card_text(image)
+det = engine.text_det.session.session.get_session_options()
+print(json.dumps({"rows": first.rows(), "same_engine": engine is text_model.engine(),
+                  "same_rows": first.rows() == second.rows(),
+                  "threads": [det.intra_op_num_threads, det.inter_op_num_threads]}))
+"""
+
+
+@pytest.mark.skipif(shutil.which("unshare") is None, reason="needs unshare(1) to cut the network")
+def test_the_model_reads_with_the_network_unreachable() -> None:
+    """In a network namespace of its own (no interface up, so no host resolves and nothing connects),
+    a fresh process loads the model and reads a card: nothing is fetched at run time. Its sessions
+    are built once and run one intra-op and one inter-op thread."""
+    if subprocess.run(["unshare", "--net", "true"], capture_output=True).returncode != 0:
+        pytest.skip("unshare --net is not permitted here")
+    p = modern(3)
+    card = render_card(p, Variant(height=900), noise_seed=2)
+    done = subprocess.run(["unshare", "--net", sys.executable, "-c", READ_OFFLINE], input=png(card),
+                          capture_output=True, timeout=300)
+    assert done.returncode == 0, done.stderr.decode()[-2000:]
+    report = json.loads(done.stdout.decode().strip().splitlines()[-1])
+    assert any(p.name in row for row in report["rows"]), report["rows"]
+    assert report["same_engine"] and report["same_rows"]
+    assert report["threads"] == [1, 1]
+    # The probe can fail: without its network, a fetch in that namespace is refused.
+    probe = subprocess.run(["unshare", "--net", sys.executable, "-c",
+                            "import socket; socket.create_connection(('1.1.1.1', 443), timeout=3)"],
+                           capture_output=True)
+    assert probe.returncode != 0
+
+
+def test_loading_the_reader_module_loads_no_model() -> None:
+    """The sessions are built lazily: importing the reader imports neither rapidocr nor ONNX Runtime."""
+    probe = ("import sys; import stage_e_dagster.stage_c.text_reader, stage_e_dagster.stage_c.text_model; "
+             "print(sorted(m for m in ('rapidocr', 'onnxruntime', 'cv2') if m in sys.modules))")
+    done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=120, check=True)
+    assert done.stdout.strip() == "[]"
