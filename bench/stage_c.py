@@ -1,204 +1,218 @@
-"""Stage C cost per card against a floor, and against main today's reader, measured in the same run.
+"""Stage C CPU per card with the PP-OCR reader, against today's reader (Tesseract), in the same run.
 
-The floor is what no Stage C can avoid: decode the image and make one in-process Tesseract read of
-the bottom band it reads (prepared as the first tier prepares it). Stage C is the whole per-card
-path (file fetch, localisation, all extractors, persist). The baseline is the same Stage C with
-main today's reader: a ``tesseract`` process per read, as pytesseract starts one (a PNG written,
-the TSV read back). Each arm drains its own copy of one seeded catalogue; the arms take turns,
-a few cards at a time, so a busy machine weighs on both alike. CPU includes finished child
-processes, so the baseline pays for its ``tesseract`` processes.
+Two corpora: the photo-like synthetic corpus (``stage-e seed --photo-like``, every condition alike)
+and the real photos (``../shared/fixtures/real-photos`` and ``real-photos-2``, single-card photos
+only; evaluation input, read where it lies and never copied). Each arm runs in a worker-like process
+of its own, one core: Dagster and the code location imported as a run worker has them, then Stage C's
+``compute_evidence`` on every image at the shipped settings, its CPU time per card measured in that
+process. Today's reader is the Stage C of ``--baseline-rev`` (the last commit with Tesseract), taken
+from git into a scratch folder; it needs ``tesserocr`` and Debian's ``tesseract-ocr`` (not project
+dependencies any more: ``pip install tesserocr``), and without them the bench says so and prints the
+new reader's figures alone. Printed: median and p90 CPU per card and their ratios (new / today),
+collector numbers read right, and each worker's peak resident memory.
 
-    .venv/bin/python bench/stage_c.py [--cards 40] [--seed 0] [--chunk 8]
+    .venv/bin/python bench/stage_c.py [--cards 40] [--seed 0] [--baseline-rev 9bf09d4] [--no-real]
 """
 
 from __future__ import annotations
 
 import argparse
 import csv
-import io
+import json
 import os
-import shutil
 import statistics
 import subprocess
+import sys
 import tempfile
-import time
-from collections import defaultdict
-from contextlib import contextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Iterator
 
+ROOT = Path(__file__).resolve().parents[1]
+FIXTURES = ROOT.parent / "shared" / "fixtures"
+REAL_FOLDERS = (FIXTURES / "real-photos", FIXTURES / "real-photos-2")
+BASELINE_REV = "9bf09d4"  # main before issue 30: Stage C reads with Tesseract
+TARGET_MEDIAN_S = 1.0     # per real photo, one core
+TARGET_RSS_MB = 450
+
+# The worker: a run worker's imports, then Stage C per image, CPU per card in this process.
+WORKER = r"""
+import inspect, json, resource, sys, time
 import sqlalchemy as sa
-from PIL import Image
-
-from stage_e_dagster.catalog.engine import make_engine
-from stage_e_dagster.catalog.migrate import upgrade
-from stage_e_dagster.catalog.models import Card
-from stage_e_dagster.corpus.seed import seed_corpus
-from stage_e_dagster.stage_c import ocr
-from stage_e_dagster.stage_c.compute import compute_evidence, sha256_hex
-from stage_e_dagster.stage_c.decode import decode_image
-from stage_e_dagster.stage_c.extractors import EXTRACTOR_GROUPS
-from stage_e_dagster.stage_c.fetch import ImageFetcher
-from stage_e_dagster.stage_c.geometry import box_px, classify_bleed, trim_box
+import stage_e_dagster
+assert stage_e_dagster.__file__.startswith(job_root := sys.argv[1]), (stage_e_dagster.__file__, job_root)
+from stage_e_dagster.definitions import defs  # what a run worker loads before its first step
+from stage_e_dagster.stage_c.compute import compute_evidence
 from stage_e_dagster.stage_c.lexicon import known_set_codes
-from stage_e_dagster.stage_c.ocr import OcrWord, prepare
-from stage_e_dagster.stage_c.run import run_stage_c
-
-Reader = Callable[[Image.Image, int], list[OcrWord]]
-IN_PROCESS: Reader = ocr.tesseract_words
-
-
-def cpu_seconds() -> float:
-    """This process's CPU plus that of its finished children (the baseline's ``tesseract`` processes)."""
-    t = os.times()
-    return t.user + t.system + t.children_user + t.children_system
-
-
-def subprocess_words(image: Image.Image, psm: int) -> list[OcrWord]:
-    """Main today's read: one ``tesseract`` process per call, fed a PNG file, its TSV read back."""
-    with tempfile.TemporaryDirectory(prefix="bench-tess-") as tmp:
-        source = Path(tmp) / "input.png"
-        image.save(source)
-        subprocess.run(["tesseract", str(source), str(Path(tmp) / "out"), "--psm", str(psm),
-                        "-c", "tessedit_do_invert=0", "tsv"], check=True, capture_output=True)
-        rows = list(csv.DictReader(io.StringIO((Path(tmp) / "out.tsv").read_text()), delimiter="\t",
-                                   quoting=csv.QUOTE_NONE))
-    return [
-        OcrWord(text=row["text"].strip(), left=int(row["left"]), top=int(row["top"]), width=int(row["width"]),
-                height=int(row["height"]), conf=float(row["conf"]),
-                line=(int(row["block_num"]), int(row["par_num"]), int(row["line_num"])))
-        for row in rows if row["level"] == "5" and (row["text"] or "").strip()
-    ]
-
-
-@contextmanager
-def reading_with(reader: Reader) -> Iterator[None]:
-    """Stage C reads every band through ``ocr.tesseract_words``; swap it for one arm."""
-    ocr.tesseract_words = reader
-    try:
-        yield
-    finally:
-        ocr.tesseract_words = IN_PROCESS
-
-
-def floor_cpu(images: list[bytes], readers: list[Reader]) -> list[float]:
-    """Per reader, mean CPU seconds per image to decode it and make one read of its bottom band;
-    the readers take turns image by image."""
-    spent = [0.0] * len(readers)
-    for data in images:
-        for i, reader in enumerate(readers):
-            start = cpu_seconds()
-            image = decode_image(data).image
-            assert image is not None
-            bleed = classify_bleed(*image.size)
-            left, top, right, bottom = trim_box(*image.size, bleed)
-            reader(prepare(image.crop(box_px("bottom_lines", *image.size, bleed)), bottom - top), 6)
-            spent[i] += cpu_seconds() - start
-    return [s / len(images) for s in spent]
+job = json.loads(sys.stdin.read())
+engine = sa.create_engine(job["catalogue"])
+extra = {"lexicon": known_set_codes(engine)}
+if "printed" in inspect.signature(compute_evidence).parameters:
+    from stage_e_dagster.catalog.printed_keys import printed_keys
+    extra["printed"] = printed_keys(engine)
+for item in job["images"]:
+    data = open(item["path"], "rb").read()
+    started = time.process_time()
+    result = compute_evidence("bench", data, latency_ms=None, **extra)
+    cpu = time.process_time() - started
+    print(json.dumps({"path": item["path"], "cpu": cpu, "number": result.fields.get("collector_number"),
+                      "set": result.fields.get("collector_set_code")}), flush=True)
+print(json.dumps({"peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}), flush=True)
+"""
 
 
 @dataclass
-class Arm:
-    """One side of the comparison: its reader, its copy of the catalogue, what it spent."""
+class Image:
+    path: str
+    number: str | None  # the printed number, when the card prints a legible one
 
-    name: str
-    reader: Reader
-    engine: sa.Engine
-    fetcher: ImageFetcher
-    cpu: float = 0.0
-    wall: float = 0.0
-    completed: int = 0
-    chunks: list[float] = field(default_factory=list)
 
-    def drain(self, ids: list[int], lexicon: frozenset[str]) -> None:
-        with reading_with(self.reader):
-            start_cpu, start_wall = cpu_seconds(), time.perf_counter()
-            report = run_stage_c(self.engine, ids, writer="bulk:bench", run_id=f"bench-{self.name}",
-                                 fetcher=self.fetcher, lexicon=lexicon)
-            cpu = cpu_seconds() - start_cpu
-        self.cpu += cpu
-        self.wall += time.perf_counter() - start_wall
-        self.completed += report.completed
-        self.chunks.append(cpu / max(1, report.completed))
+@dataclass
+class ArmResult:
+    cpu: dict[str, float]
+    numbers: dict[str, str | None]
+    peak_rss_mb: float
 
-    @property
-    def cpu_per_card(self) -> float:
-        return self.cpu / max(1, self.completed)
 
-    @property
-    def wall_per_card(self) -> float:
-        return self.wall / max(1, self.completed)
+def _key(number: str | None) -> str | None:
+    return (number.strip().lower().lstrip("0") or "0") if number else None
+
+
+def run_arm(pythonpath: Path, images: list[Image], catalogue: str) -> ArmResult:
+    """One worker process over ``images`` with ``stage_e_dagster`` imported from ``pythonpath``."""
+    env = {**os.environ, "PYTHONPATH": str(pythonpath), "STAGE_E_STREAMING_ENABLED": "false"}
+    job = json.dumps({"catalogue": catalogue, "images": [{"path": im.path} for im in images]})
+    done = subprocess.run([sys.executable, "-c", WORKER, str(pythonpath)], input=job, capture_output=True, text=True,
+                          env=env, cwd=str(pythonpath), timeout=7200)
+    if done.returncode != 0:
+        raise RuntimeError(done.stderr.strip().splitlines()[-1] if done.stderr.strip() else "worker failed")
+    lines = [json.loads(line) for line in done.stdout.splitlines() if line.startswith("{")]
+    rows = [ln for ln in lines if "path" in ln]
+    return ArmResult({r["path"]: r["cpu"] for r in rows}, {r["path"]: r["number"] for r in rows},
+                     next(ln["peak_rss_mb"] for ln in lines if "peak_rss_mb" in ln))
+
+
+def baseline_tree(rev: str, into: Path) -> Path:
+    """``stage_e_dagster`` as it was at ``rev``, extracted from git into ``into``."""
+    archive = subprocess.run(["git", "-C", str(ROOT), "archive", rev, "stage_e_dagster"], capture_output=True,
+                             check=True).stdout
+    subprocess.run(["tar", "-x", "-C", str(into)], input=archive, check=True)
+    return into
+
+
+def photo_like_corpus(work: Path, cards: int, seed: int) -> tuple[list[Image], str]:
+    from stage_e_dagster.catalog.engine import make_engine
+    from stage_e_dagster.catalog.migrate import upgrade
+    from stage_e_dagster.corpus.seed import seed_corpus
+    from stage_e_dagster.evaluation.labels import load_labels
+
+    url = f"sqlite:///{work / 'photo-like.sqlite'}"
+    engine = make_engine(url)
+    upgrade(engine)
+    summary = seed_corpus(engine, work / "corpus", cards=cards, seed=seed, photo_like=True)
+    engine.dispose()
+    labels = {row["identifier"]: row for row in load_labels(summary.labels_path)}
+    images = []
+    for path in sorted((work / "corpus" / "images").iterdir()):
+        label = labels.get(path.stem) or labels.get(path.name)
+        if path.suffix.lower() in (".png", ".jpg", ".jpeg") and label is not None:
+            printed = label.get("collector_line_printed", True) and not label.get("broken")
+            images.append(Image(str(path), str(label["collector_number"]) if printed else None))
+    return images, url
+
+
+def real_photo_corpus(work: Path) -> tuple[list[Image], str] | None:
+    from stage_e_dagster.catalog.engine import make_engine
+    from stage_e_dagster.catalog.migrate import upgrade
+    from stage_e_dagster.evaluation.photos import build_photo_catalogue, load_photo_labels
+
+    folders = [f for f in REAL_FOLDERS if (f / "labels.csv").is_file()]
+    if not folders:
+        return None
+    url = f"sqlite:///{work / 'real.sqlite'}"
+    engine = make_engine(url)
+    upgrade(engine)
+    labels = [lb for folder in folders for lb in load_photo_labels(folder / "labels.csv")]
+    build_photo_catalogue(engine, labels)
+    engine.dispose()
+    images, seen = [], set()
+    for folder in folders:
+        for lb in load_photo_labels(folder / "labels.csv"):
+            if lb.multi or lb.render or lb.file in seen:
+                continue
+            seen.add(lb.file)
+            images.append(Image(str(folder / lb.file), lb.number if lb.prints_number else None))
+    return images, url
+
+
+def report(corpus: str, images: list[Image], new: ArmResult, today: ArmResult | None) -> dict[str, float]:
+    def figures(arm: ArmResult) -> tuple[float, float, int]:
+        cpus = sorted(arm.cpu.values())
+        p90 = cpus[min(len(cpus) - 1, round(0.9 * (len(cpus) - 1)))]
+        read = sum(1 for im in images if im.number and _key(arm.numbers.get(im.path)) == _key(im.number))
+        return statistics.median(cpus), p90, read
+
+    printed = sum(1 for im in images if im.number)
+    median, p90, read = figures(new)
+    print(f"[{corpus}, {len(images)} images] PP-OCR: CPU per card median {median:.2f} s, p90 {p90:.2f} s; "
+          f"collector numbers read right {read}/{printed}; worker peak RSS {new.peak_rss_mb:.0f} MB")
+    out = {"median_s": median, "p90_s": p90, "read": read, "printed": printed, "peak_rss_mb": new.peak_rss_mb}
+    if today is not None:
+        t_median, t_p90, t_read = figures(today)
+        print(f"[{corpus}, {len(images)} images] today's reader (Tesseract): CPU per card median {t_median:.2f} s, "
+              f"p90 {t_p90:.2f} s; collector numbers read right {t_read}/{printed}; worker peak RSS "
+              f"{today.peak_rss_mb:.0f} MB")
+        print(f"[{corpus}] ratio PP-OCR / today: CPU per card median {median / t_median:.2f}, p90 {p90 / t_p90:.2f}; "
+              f"numbers read {read} vs {t_read}")
+        out.update(today_median_s=t_median, today_p90_s=t_p90, today_read=t_read)
+    return out
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--cards", type=int, default=40)
+    parser.add_argument("--cards", type=int, default=40, help="photo-like cards (default 40)")
     parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--chunk", type=int, default=8, help="cards each arm drains before the other's turn")
+    parser.add_argument("--baseline-rev", default=BASELINE_REV, help=f"today's reader (default {BASELINE_REV})")
+    parser.add_argument("--no-baseline", action="store_true", help="the new reader alone")
+    parser.add_argument("--no-real", action="store_true", help="skip the real photos")
+    parser.add_argument("--json", action="store_true", help="print the figures as JSON at the end")
     args = parser.parse_args()
 
-    with tempfile.TemporaryDirectory() as tmp:
-        folder = Path(tmp)
-        template = folder / "template.sqlite"
-        seeding = make_engine(f"sqlite:///{template}")
-        upgrade(seeding)
-        seed_corpus(seeding, folder / "corpus", cards=args.cards, seed=args.seed, broken_share=0.0)
-        lexicon = known_set_codes(seeding)
-        with seeding.connect() as conn:
-            card_ids = list(conn.execute(sa.select(Card.id).order_by(Card.id)).scalars())
-        seeding.dispose()
-        images = [p.read_bytes() for p in sorted((folder / "corpus" / "images").iterdir())]
-
-        arms = []
-        for name, reader in (("in-process", IN_PROCESS), ("main-today", subprocess_words)):
-            shutil.copy(template, folder / f"{name}.sqlite")
-            engine = make_engine(f"sqlite:///{folder / f'{name}.sqlite'}")
-            fetcher = ImageFetcher(engine=engine, image_roots=[folder], allowed_hosts=[], timeout_s=10,
-                                   max_bytes=50_000_000, rate_per_sec=1000)
-            arms.append(Arm(name, reader, engine, fetcher))
-
-        # Warm both readers (the engine's model load, the font, the page cache) so no side pays a first-call cost.
-        floor_cpu(images[:2], [IN_PROCESS, subprocess_words])
-        floor, floor_process = floor_cpu(images, [IN_PROCESS, subprocess_words])
-
-        groups: dict[str, list[float]] = defaultdict(list)
-        attempts: list[int] = []
-        for data in images:
-            result = compute_evidence(sha256_hex(data), data, latency_ms=0.0, lexicon=lexicon)
-            for step in ("decode", "localise"):  # timed by compute_evidence before any extractor
-                groups[step].append(result.timings_ms.get(step, 0.0))
-            for group, keys in EXTRACTOR_GROUPS.items():
-                groups[group].append(sum(result.timings_ms.get(k, 0.0) for k in keys))
-            attempts.append(result.ocr_attempts)
-
-        for turn, start in enumerate(range(0, len(card_ids), args.chunk)):
-            chunk = card_ids[start:start + args.chunk]
-            for arm in (arms if turn % 2 == 0 else arms[::-1]):
-                arm.drain(chunk, lexicon)
-        for arm in arms:
-            arm.fetcher.close()
-            arm.engine.dispose()
-
-    ours, today = arms
-    print(f"cards: {len(images)} (seed {args.seed}); completed: {ours.name} {ours.completed}, "
-          f"{today.name} {today.completed}")
-    print("per-card wall ms by extractor group (in-process reader, compute only, mean / median):")
-    for group, values in groups.items():
-        print(f"  {group:<8} {statistics.mean(values):8.1f} / {statistics.median(values):8.1f}")
-    print(f"Tesseract reads per card: {statistics.mean(attempts):.2f} (max {max(attempts)})")
-    print(f"floor, decode + one in-process Tesseract read of the bottom band: {floor * 1000:.1f} ms CPU")
-    print(f"same floor with a tesseract process per read (main today):        {floor_process * 1000:.1f} ms CPU "
-          f"({floor_process / floor:.2f}x)")
-    for arm in arms:
-        spread = f"chunks {min(arm.chunks) * 1000:.0f}-{max(arm.chunks) * 1000:.0f}"
-        print(f"stage C per card, {arm.name:<10}: {arm.cpu_per_card * 1000:7.1f} ms CPU ({spread}), "
-              f"{arm.wall_per_card * 1000:7.1f} ms wall (fetch + localise + extract + persist)")
-    print(f"cards per second per core: {1 / ours.cpu_per_card:.2f} ({today.name}: {1 / today.cpu_per_card:.2f})")
-    print(f"ratio stage C / floor: {ours.cpu_per_card / floor:.2f}  (target <= 3)")
-    print(f"speed-up over main today, same run: {today.cpu_per_card / ours.cpu_per_card:.2f}x CPU, "
-          f"{today.wall_per_card / ours.wall_per_card:.2f}x wall  (target >= 2)")
+    results: dict[str, dict[str, float]] = {}
+    with tempfile.TemporaryDirectory(prefix="bench-stage-c-") as tmp:
+        work = Path(tmp)
+        corpora = [("photo-like", *photo_like_corpus(work, args.cards, args.seed))]
+        real = None if args.no_real else real_photo_corpus(work)
+        if real is not None:
+            corpora.append(("real photos", *real))
+        elif not args.no_real:
+            print(f"real photos: none found under {FIXTURES} (evaluation input kept outside the project)")
+        baseline: Path | None = None
+        if not args.no_baseline:
+            try:
+                (work / "baseline").mkdir()
+                baseline = baseline_tree(args.baseline_rev, (work / "baseline").resolve())
+            except (subprocess.CalledProcessError, FileNotFoundError) as exc:
+                print(f"baseline unavailable: git archive {args.baseline_rev} failed ({exc})")
+        for corpus, images, url in corpora:
+            new = run_arm(ROOT, images, url)
+            today = None
+            if baseline is not None:
+                try:
+                    today = run_arm(baseline, images, url)
+                except RuntimeError as exc:
+                    print(f"baseline unavailable ({exc}): pip install tesserocr, apt-get install tesseract-ocr")
+                    baseline = None
+            results[corpus] = report(corpus, images, new, today)
+    real_fig = results.get("real photos")
+    if real_fig is not None:
+        print(f"target: median <= {TARGET_MEDIAN_S:.1f} s per real photo: "
+              f"{'met' if real_fig['median_s'] <= TARGET_MEDIAN_S else 'NOT met'} ({real_fig['median_s']:.2f} s); "
+              f"worker peak RSS < {TARGET_RSS_MB} MB: "
+              f"{'met' if real_fig['peak_rss_mb'] < TARGET_RSS_MB else 'NOT met'} ({real_fig['peak_rss_mb']:.0f} MB)")
+    if args.json:
+        print(json.dumps(results, sort_keys=True))
 
 
 if __name__ == "__main__":
+    csv.field_size_limit(1 << 20)
     main()
