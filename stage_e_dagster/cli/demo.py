@@ -13,6 +13,7 @@ import signal
 import socket
 import subprocess
 import sys
+import sysconfig
 import time
 from pathlib import Path
 from typing import Annotated
@@ -81,6 +82,23 @@ def port_in_use(host: str, port: int) -> bool:
 def dagster_command(*args: str) -> list[str]:
     """A Dagster CLI run by this interpreter, as ``dg dev`` starts its own children: no script on PATH needed."""
     return [sys.executable, "-m", *args]
+
+
+# Runs a console script by its name through this interpreter, as the script pip writes would.
+_RUN_CONSOLE_SCRIPT = (
+    "import sys; from importlib.metadata import entry_points; "
+    "sys.exit(entry_points(group='console_scripts', name=sys.argv.pop(1))[0].load()())"
+)
+
+
+def daemon_command(workspace: str) -> list[str]:
+    """``dagster-daemon run``, the daemon's public command: the script in this interpreter's own scripts
+    folder (the venv's ``bin``) whatever PATH says, or, where dagster's scripts were not installed
+    beside it, the same entry point run by this interpreter."""
+    script = Path(sysconfig.get_path("scripts")) / "dagster-daemon"
+    if script.is_file():
+        return [str(script), "run", "-w", workspace]
+    return [sys.executable, "-c", _RUN_CONSOLE_SCRIPT, "dagster-daemon", "run", "-w", workspace]
 
 
 def child_environment(cfg: Settings, corpus_dir: Path) -> dict[str, str]:
@@ -243,7 +261,7 @@ def demo(
     typer.echo(f"starting the Dagster daemon headless (log: {log_path})")
     with open(log_path, "ab") as log:
         daemon = subprocess.Popen(
-            dagster_command("dagster._daemon", "run", "-w", workspace),
+            daemon_command(workspace),
             env=env,
             stdout=log,
             stderr=subprocess.STDOUT,
