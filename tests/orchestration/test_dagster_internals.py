@@ -5,8 +5,10 @@ If a Dagster upgrade moves or changes an internal, these tests fail before any s
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
+import pytest
 import sqlalchemy as sa
 from dagster import AssetKey, DagsterRunStatus, instance_for_test
 from dagster._core.storage.dagster_run import NOT_FINISHED_STATUSES
@@ -77,13 +79,57 @@ def test_the_sweep_records_its_backfill_id_on_every_batch_it_launches(pipeline: 
     assert internals.backfill_is_requested(pipeline.instance, launch.backfill_id)
 
 
-def test_only_the_adapter_imports_dagster_core() -> None:
-    offenders = sorted(
+# Dagster's private names, each as it would be written outside the adapter: a private module imported
+# or run (``dagster._core...``, ``python -m dagster._daemon``), and attributes and storage calls Dagster
+# does not mark public.
+PRIVATE_NAMES = {
+    "a private module": re.compile(r"\bdagster\._\w"),
+    "a sensor context's instance_ref": re.compile(r"\.instance_ref\b"),
+    "RepositoryDefinition.asset_graph": re.compile(r"\.asset_graph\b"),
+    "the event log storage's pool calls": re.compile(r"\bevent_log_storage\b"),
+}
+
+
+def private_name_users(pattern: re.Pattern[str]) -> list[str]:
+    return sorted(
         str(path.relative_to(PACKAGE))
         for path in PACKAGE.rglob("*.py")
-        if "dagster._core" in path.read_text(encoding="utf-8") and path.relative_to(PACKAGE) != ADAPTER
+        if path.relative_to(PACKAGE) != ADAPTER and pattern.search(path.read_text(encoding="utf-8"))
     )
-    assert offenders == [], f"dagster._core outside {ADAPTER}: {offenders}"
+
+
+@pytest.mark.parametrize("what", list(PRIVATE_NAMES))
+def test_only_the_adapter_uses_dagster_private_names(what: str) -> None:
+    offenders = private_name_users(PRIVATE_NAMES[what])
+    assert offenders == [], f"{what} outside {ADAPTER}: {offenders}"
+
+
+@pytest.mark.parametrize(
+    ("what", "line"),
+    [
+        ("a private module", "from dagster._core.storage.dagster_run import FINISHED_STATUSES"),
+        ("a private module", 'dagster_command("dagster._daemon", "run", "-w", workspace)'),
+        ("a sensor context's instance_ref", "ref = context.instance_ref"),
+        ("RepositoryDefinition.asset_graph", "launch_sweep(instance, context.repository_def.asset_graph, cfg)"),
+        ("the event log storage's pool calls", "instance.event_log_storage.set_concurrency_slots(POOL, 0)"),
+    ],
+)
+def test_the_guard_catches_each_private_name(what: str, line: str) -> None:
+    """Each pattern matches the use it is there for, and public names stay clear of it."""
+    assert PRIVATE_NAMES[what].search(line)
+    public_uses = ("defs.resolve_asset_graph()", "import dagster", "dagster.AssetKey", "build_sensor_context(i)")
+    for public in public_uses:
+        assert not PRIVATE_NAMES[what].search(public)
+
+
+def test_the_adapter_gives_the_pool_limit_back_as_set() -> None:
+    pools = {"concurrency": {"pools": {"granularity": "run", "default_limit": 2}}}
+    with instance_for_test(overrides=pools) as instance:
+        assert internals.pool_limit(instance, "some_pool") is None
+        internals.set_pool_limit(instance, "some_pool", 0)
+        assert internals.pool_limit(instance, "some_pool") == 0
+        internals.delete_pool_limit(instance, "some_pool")
+        assert internals.pool_limit(instance, "some_pool") is None
 
 
 def test_every_run_status_is_either_ended_or_in_progress() -> None:
