@@ -24,13 +24,9 @@ from ..dispatch.governing import pool_control
 from . import dagster_internals
 from .tags import BACKFILL_TAG, DISPATCH_POOL, DISPATCH_TAG, PARTITION_TAG
 
-ACTIVE_STATUSES = [
-    DagsterRunStatus.QUEUED,
-    DagsterRunStatus.NOT_STARTED,
-    DagsterRunStatus.STARTING,
-    DagsterRunStatus.STARTED,
-    DagsterRunStatus.CANCELING,  # still holds its slot and may still be writing
-]
+# Queued or going: every status Dagster counts as not finished (a canceling run still holds its slot
+# and may still be writing).
+ACTIVE_STATUSES = dagster_internals.NOT_FINISHED_STATUSES
 
 
 def pool_limit(instance: DagsterInstance) -> int | None:
