@@ -13,7 +13,7 @@ import time
 from dataclasses import replace
 
 import sqlalchemy as sa
-from dagster import DagsterRunStatus, RunRequest, SensorEvaluationContext, SensorResult, SkipReason
+from dagster import RunRequest, SensorEvaluationContext, SensorResult, SkipReason
 
 from ...catalog.backlog import requeue_config_refused
 from ...catalog.base import utcnow
@@ -25,6 +25,7 @@ from ...dispatch.guard import FLAG_OFF, check_gate
 from ...dispatch.sizing import MAX_BATCHES_PER_TICK, plan_for_tick
 from ...settings import Settings, settings_fingerprint
 from ...stage_c.rollout import rollout_step
+from ..dagster_internals import ACTIVE_RUN_STATUSES
 from ..governor import (
     governor_observation,
     has_batch_in_flight,
@@ -44,7 +45,8 @@ from ..tags import dispatch_tags
 # any tick that starts a little earlier in its pass than the last one did, so the sensor then ticks
 # every 10 s, which alone added ~5 s to a trickled card's wait.
 EVERY_DAEMON_PASS_S = 4
-RUNNING = (DagsterRunStatus.STARTING, DagsterRunStatus.STARTED)
+# Runs with a worker (or getting one): Dagster's own grouping.
+RUNNING = ACTIVE_RUN_STATUSES
 
 
 def run_request(settings: Settings, batch: MicroBatch) -> RunRequest:
