@@ -11,14 +11,16 @@ from pathlib import Path
 import pytest
 import sqlalchemy as sa
 from dagster import AssetKey, DagsterRunStatus, instance_for_test
-from dagster._core.storage.dagster_run import NOT_FINISHED_STATUSES
+from dagster._core.storage.dagster_run import ACTIVE_RUN_STATUSES, FINISHED_STATUSES, NOT_FINISHED_STATUSES
 
 from stage_e_dagster.catalog.engine import session_scope
 from stage_e_dagster.catalog.models import MicroBatch
 from stage_e_dagster.definitions import defs
 from stage_e_dagster.defs import dagster_internals as internals
+from stage_e_dagster.defs.hold import ACTIVE_STATUSES
 from stage_e_dagster.defs.partitions import micro_batches
 from stage_e_dagster.defs.run_ends import ENDED, NOT_ENDED
+from stage_e_dagster.defs.sensors.dispatching import RUNNING
 from stage_e_dagster.defs.sweep import launch_sweep
 from stage_e_dagster.settings import load_settings
 
@@ -133,6 +135,10 @@ def test_the_adapter_gives_the_pool_limit_back_as_set() -> None:
 
 
 def test_every_run_status_is_either_ended_or_in_progress() -> None:
-    """``run_ends`` lists both by name (no internal needed); a status a Dagster upgrade adds must land in one."""
-    assert set(NOT_ENDED) == set(NOT_FINISHED_STATUSES)
+    """The project's status groups are Dagster's own lists, so a status a Dagster upgrade adds lands in one."""
+    assert ENDED is FINISHED_STATUSES and NOT_ENDED is NOT_FINISHED_STATUSES
+    assert ACTIVE_STATUSES is NOT_FINISHED_STATUSES and RUNNING is ACTIVE_RUN_STATUSES
+    assert internals.FINISHED_STATUSES is FINISHED_STATUSES and internals.NOT_FINISHED_STATUSES is NOT_FINISHED_STATUSES
+    assert internals.ACTIVE_RUN_STATUSES is ACTIVE_RUN_STATUSES
     assert set(ENDED) | set(NOT_ENDED) | {DagsterRunStatus.MANAGED} == set(DagsterRunStatus)
+    assert set(RUNNING) <= set(NOT_ENDED)
