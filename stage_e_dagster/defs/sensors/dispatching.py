@@ -22,7 +22,7 @@ from ...catalog.models import MicroBatch
 from ...dispatch.arrivals import wait_for_unclaimed
 from ...dispatch.batches import create_batches
 from ...dispatch.guard import FLAG_OFF, check_gate
-from ...dispatch.sizing import MAX_BATCHES_PER_TICK, plan_for_tick
+from ...dispatch.sizing import max_batches_per_tick, plan_for_tick
 from ...settings import Settings, settings_fingerprint
 from ...stage_c.rollout import rollout_step
 from ..dagster_internals import ACTIVE_RUN_STATUSES
@@ -100,7 +100,8 @@ def dispatch_tick(
         if allowed:
             notes.append(f"settings changed: {allowed} card(s) waiting on configuration back in the Stage C backlog")
         done = reconcile(instance, engine, settings, now=now)
-    requeue = done.requests[:MAX_BATCHES_PER_TICK]
+    per_tick = max_batches_per_tick(settings)
+    requeue = done.requests[:per_tick]
     active = active_dispatch_runs(instance)
     governed = standing_limit(engine, settings.max_concurrent_dispatches)
     if requeue or has_unclaimed(engine, predicate, now=now) or has_batch_in_flight(engine):
@@ -134,7 +135,7 @@ def dispatch_tick(
                 settings, in_flight_runs=in_flight + len(requeue), cap=cap, queue_ahead=queue_ahead, session=session,
                 predicate=predicate, now=now,
             )
-            plan = replace(plan, max_batches=min(plan.max_batches, MAX_BATCHES_PER_TICK - len(requeue)))
+            plan = replace(plan, max_batches=min(plan.max_batches, per_tick - len(requeue)))
             fresh = create_batches(
                 session,
                 predicate,
