@@ -26,6 +26,10 @@ from pydantic_settings import (
 ENV_PREFIX = "STAGE_E_"
 
 
+# cgroup v2's CPU quota for this process's group ("max" or "QUOTA PERIOD").
+CPU_MAX_FILE = Path("/sys/fs/cgroup/cpu.max")
+
+
 def usable_cpus() -> float:
     """CPUs this process may use: its CPU affinity, capped by a cgroup v2 quota (``cpu.max``) where set.
 
@@ -36,7 +40,7 @@ def usable_cpus() -> float:
     except (AttributeError, OSError):
         count = float(os.cpu_count() or 1)
     try:
-        quota, period = Path("/sys/fs/cgroup/cpu.max").read_text().split()[:2]
+        quota, period = CPU_MAX_FILE.read_text().split()[:2]
         if quota != "max":
             count = min(count, max(float(quota) / float(period), 1.0))
     except (OSError, ValueError):
