@@ -28,7 +28,7 @@ from ..catalog.engine import session_scope
 from ..catalog.migrate import upgrade
 from ..catalog.models import Card, EnvelopeTrip, ImageEvidence, MicroBatch, PrintingVote
 from ..corpus.seed import seed_corpus
-from ..defs.instance import dagster_home, open_instance
+from ..defs.instance import create_instance_storage, dagster_home, open_instance
 from ..defs.run_ends import runs_in_progress
 from ..envelope.signals import CpuPressure
 from ..evaluation.labels import load_labels
@@ -229,6 +229,8 @@ def demo(
             seed_corpus(engine, corpus_dir, cards=cards, seed=seed, broken_share=DEMO_BROKEN_SHARE,
                         progress=bar.advance)
     env = child_environment(cfg, corpus_dir)
+    # Before any Dagster process starts: started together on an empty home, they can create it twice.
+    create_instance_storage(Path(env["DAGSTER_HOME"]))
     workspace = str(workspace_file(cfg))
     dg_project_folder(cfg)
     if CpuPressure(cfg.cpu_pressure_file).read() is not None:
