@@ -287,3 +287,17 @@ def test_sensors_tick_in_threads_in_every_instance_file_and_the_chart(values: di
     (tmp_path / "dagster.yaml").write_text(yaml.safe_dump({"sensors": rendered}))
     with DagsterInstance.from_config(str(tmp_path)) as instance:
         assert instance.get_sensor_settings() == rendered
+
+
+def test_the_first_install_creates_the_instance_storage_with_no_other_dagster_process_running() -> None:
+    """``storage-first.yaml`` runs the chart's instance-migrate Job alone: processes started together on an
+    empty instance database can each create its tables and stamp Alembic's revision twice."""
+    first = load(DEPLOY / "helm" / "storage-first.yaml")
+    assert first["migrate"] == {"enabled": True}
+    assert first["dagsterWebserver"] == {"replicaCount": 0}
+    assert first["dagsterDaemon"] == {"enabled": False}
+    assert first["dagster-user-deployments"] == {"enabled": False}
+    guide = (ROOT / "docs" / "deployment.md").read_text()
+    assert guide.index("-f deploy/helm/storage-first.yaml") < guide.index(
+        "helm upgrade --install stage-e dagster/dagster -n stage-e -f deploy/helm/values.yaml\n"
+    )
