@@ -22,7 +22,12 @@ from stage_e_dagster.catalog.engine import make_engine
 from stage_e_dagster.catalog.migrate import upgrade
 from stage_e_dagster.catalog.models import Card, MicroBatch
 from stage_e_dagster.corpus.seed import seed_corpus
-from stage_e_dagster.defs.instance import EMBEDDED_INSTANCE_YAML, PROJECT_ROOT, WORKSPACE_YAML
+from stage_e_dagster.defs.instance import (
+    EMBEDDED_INSTANCE_YAML,
+    PROJECT_ROOT,
+    WORKSPACE_YAML,
+    create_instance_storage,
+)
 from stage_e_dagster.process_groups import reset_signals, stop_group
 
 BIN = Path(sys.executable).parent
@@ -136,6 +141,7 @@ def child_environment(home: Path, **overrides: str) -> dict[str, str]:
     settings, its own ``DAGSTER_HOME`` (given the project's ``dagster.yaml``) and ``overrides``."""
     home.mkdir(parents=True, exist_ok=True)
     shutil.copyfile(EMBEDDED_INSTANCE_YAML, home / "dagster.yaml")
+    create_instance_storage(home)  # before the daemon and its code server start on it
     env = {k: v for k, v in os.environ.items() if not k.startswith("DAGSTER_")}
     return env | {"DAGSTER_HOME": str(home)} | overrides
 

@@ -86,8 +86,13 @@ class Topology:
                 "-p", str(self.web_port)]
 
     def prepare(self) -> None:
+        """DAGSTER_HOME, its instance storage and the workspace file, before any service starts: services
+        started on storage that is not there yet each create it, and can stamp its revision twice."""
+        from stage_e_dagster.defs.instance import create_instance_storage  # `status` and `down` need no Dagster
+
         self.home.mkdir(parents=True, exist_ok=True)
         shutil.copyfile(POSTGRES_INSTANCE_YAML, self.home / "dagster.yaml")
+        create_instance_storage(self.home)
         self.workspace.write_text(
             "# Written by scripts/topology.py: the code location is the code server, not a module in process.\n"
             "load_from:\n"

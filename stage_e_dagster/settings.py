@@ -1,7 +1,8 @@
-"""One typed settings object, read from the ``STAGE_E_*`` environment variables.
+"""One typed settings object, read from the ``STAGE_E_*`` environment variables by pydantic-settings.
 
 Only this module and ``defs/resources.py`` read the environment; every lower layer takes
-its values as arguments. A bad value fails at start with one line naming the variable.
+its values as arguments. Each field carries its type and bounds; a bad value fails at start with one
+line naming the variable (``load_settings`` turns pydantic's report into that line).
 """
 
 from __future__ import annotations
@@ -9,14 +10,24 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-from dataclasses import dataclass, field
+from contextvars import ContextVar
 from pathlib import Path
-from typing import Callable, Mapping, Sequence, TypeVar
+from typing import Annotated, Any, Mapping, Sequence
 
-T = TypeVar("T")
+from pydantic import Field, ValidationError, ValidationInfo, field_validator, model_validator
+from pydantic_settings import (
+    BaseSettings,
+    EnvSettingsSource,
+    NoDecode,
+    PydanticBaseSettingsSource,
+    SettingsConfigDict,
+)
 
-_TRUE = {"1", "true", "yes", "on"}
-_FALSE = {"0", "false", "no", "off", ""}
+ENV_PREFIX = "STAGE_E_"
+
+
+# cgroup v2's CPU quota for this process's group ("max" or "QUOTA PERIOD").
+CPU_MAX_FILE = Path("/sys/fs/cgroup/cpu.max")
 
 
 def usable_cpus() -> float:
@@ -29,7 +40,7 @@ def usable_cpus() -> float:
     except (AttributeError, OSError):
         count = float(os.cpu_count() or 1)
     try:
-        quota, period = Path("/sys/fs/cgroup/cpu.max").read_text().split()[:2]
+        quota, period = CPU_MAX_FILE.read_text().split()[:2]
         if quota != "max":
             count = min(count, max(float(quota) / float(period), 1.0))
     except (OSError, ValueError):
@@ -67,41 +78,128 @@ class SettingsError(ValueError):
     """A ``STAGE_E_*`` variable holds a value the project cannot use."""
 
 
-@dataclass(frozen=True)
-class Settings:
+# The environment ``load_settings`` was given, when it is not the process's (a test's mapping).
+_ENVIRON: ContextVar[Mapping[str, str] | None] = ContextVar("stage_e_environ", default=None)
+
+
+class _TrimmedEnvSource(EnvSettingsSource):
+    """pydantic-settings' own environment source, over ``environ``, each value trimmed: a variable
+    holding only spaces counts as unset, and ``" true "`` as ``true``."""
+
+    def __init__(self, settings_cls: type[BaseSettings], environ: Mapping[str, str]) -> None:
+        super().__init__(settings_cls)
+        self.env_vars = {name.lower(): value.strip() for name, value in environ.items() if value.strip()}
+
+
+def _split(raw: object, sep: str) -> tuple[str, ...]:
+    parts = raw.split(sep) if isinstance(raw, str) else list(raw)  # type: ignore[call-overload]
+    return tuple(str(part).strip() for part in parts if str(part).strip())
+
+
+# Bounded numbers: NaN and infinity are refused by the model's config (``allow_inf_nan``).
+PositiveCount = Annotated[int, Field(ge=1)]
+
+
+class Settings(BaseSettings):
+    """The project's settings; field ``x`` is the variable ``STAGE_E_X``. An empty variable counts as unset."""
+
+    model_config = SettingsConfigDict(
+        env_prefix=ENV_PREFIX, env_ignore_empty=True, extra="ignore", frozen=True, allow_inf_nan=False
+    )
+
     streaming_enabled: bool = False
-    state_dir: Path = field(default_factory=lambda: Path(".state").resolve())
-    database_url: str = ""
-    micro_batch_size: int | None = None  # None: batches sized by work (batch_target_s); set: a fixed count
-    batch_target_s: float = 60.0
+    state_dir: Path = Field(default_factory=lambda: Path(".state").resolve())
+    database_url: str = Field("", validate_default=True)  # empty: a SQLite file in the state folder
+    micro_batch_size: PositiveCount | None = None  # None: batches sized by work (batch_target_s); set: a fixed count
+    batch_target_s: Annotated[float, Field(ge=1)] = 60.0
     # How long an idle card_created tick keeps watching for new cards before it returns (at most one
     # daemon pass, 4 s): a card landing meanwhile is batched within a quarter second, not at the next pass.
-    arrival_wait_s: float = 3.5
-    max_concurrent_dispatches: int = field(default_factory=default_dispatch_cap)
+    arrival_wait_s: Annotated[float, Field(ge=0, le=MAX_ARRIVAL_WAIT_S)] = 3.5
+    max_concurrent_dispatches: PositiveCount = Field(default_factory=default_dispatch_cap)
     # CPU contention, where the kernel has PSI: ``some avg10``, the percent of the last 10 s in which a
     # runnable task waited for a CPU. Our own workers, one per CPU, leave it near 0; each busy task
     # beyond the CPUs adds about 100/CPUs. The bars 25/75 follow (on 2 CPUs: our 2 runs beside a
     # 2-process neighbour ~100, halve; our 1 beside it ~50 plus noise, hold), and a quiet 2-core
     # machine read 12-17 % with our two runs and 85-94 % with that neighbour (docs/operations.md).
-    cpu_pressure_file: Path | None = field(default_factory=default_cpu_pressure_file)
-    cpu_pressure_ceiling: float = 75.0
-    cpu_pressure_soft: float | None = None  # None: 1/3 of the hard bar (25)
+    cpu_pressure_file: Path | None = Field(default_factory=default_cpu_pressure_file)
+    cpu_pressure_ceiling: Annotated[float, Field(ge=0, le=100)] = 75.0
+    cpu_pressure_soft: Annotated[float, Field(ge=0, le=100)] | None = None  # None: 1/3 of the hard bar (25)
     # Without PSI: the load average beyond this instance's running dispatch runs, in usable CPUs.
-    host_load_ceiling: float = field(default_factory=usable_cpus)
-    host_load_soft: float | None = None  # None: 3/4 of the hard bar
-    host_load_trip_after_s: float = 120.0
-    rss_mb_ceiling: float = 512.0
-    fetch_failure_rate_ceiling: float = 0.01
-    fetch_failure_window: int = 500
-    image_roots: tuple[Path, ...] = ()
-    fetch_allowed_hosts: tuple[str, ...] = ()
-    fetch_rate_per_sec: float = 7.0
-    fetch_timeout_s: float = 15.0
-    fetch_max_bytes: int = 25 * 1024 * 1024
-    claim_ttl_s: int = 900
-    max_batch_attempts: int = 3
-    run_max_runtime_s: int = 1800
-    retention_days: int = 7
+    host_load_ceiling: Annotated[float, Field(ge=0)] = Field(default_factory=usable_cpus)
+    host_load_soft: Annotated[float, Field(ge=0)] | None = None  # None: 3/4 of the hard bar
+    host_load_trip_after_s: Annotated[float, Field(ge=0)] = 120.0
+    rss_mb_ceiling: Annotated[float, Field(ge=0)] = 512.0
+    fetch_failure_rate_ceiling: Annotated[float, Field(ge=0, le=1)] = 0.01
+    fetch_failure_window: PositiveCount = 500
+    # Empty: ``<state>/images``. Read as ``:``-separated folders, not JSON.
+    image_roots: Annotated[tuple[Path, ...], NoDecode] = Field((), validate_default=True)
+    fetch_allowed_hosts: Annotated[tuple[str, ...], NoDecode] = ()  # read comma-separated
+    fetch_rate_per_sec: Annotated[float, Field(ge=0.01)] = 7.0
+    fetch_timeout_s: Annotated[float, Field(ge=0.1)] = 15.0
+    fetch_max_bytes: Annotated[int, Field(ge=1024)] = 25 * 1024 * 1024
+    claim_ttl_s: PositiveCount = 900
+    max_batch_attempts: PositiveCount = 3
+    run_max_runtime_s: PositiveCount = 1800
+    retention_days: PositiveCount = 7
+
+    @classmethod
+    def settings_customise_sources(
+        cls,
+        settings_cls: type[BaseSettings],
+        init_settings: PydanticBaseSettingsSource,
+        env_settings: PydanticBaseSettingsSource,
+        dotenv_settings: PydanticBaseSettingsSource,
+        file_secret_settings: PydanticBaseSettingsSource,
+    ) -> tuple[PydanticBaseSettingsSource, ...]:
+        """Arguments, then the environment (``load_settings``'s mapping when given): no dotenv, no secrets dir."""
+        environ = _ENVIRON.get()
+        return init_settings, _TrimmedEnvSource(settings_cls, os.environ if environ is None else environ)
+
+    @field_validator("state_dir", mode="after")
+    @classmethod
+    def _absolute_state_dir(cls, value: Path) -> Path:
+        return value.expanduser().resolve()
+
+    @field_validator("database_url", mode="after")
+    @classmethod
+    def _database_url_or_default(cls, value: str, info: ValidationInfo) -> str:
+        return value or default_database_url(info.data["state_dir"])
+
+    @field_validator("cpu_pressure_file", mode="after")
+    @classmethod
+    def _expand_pressure_file(cls, value: Path | None) -> Path | None:
+        return value.expanduser() if value is not None else None
+
+    @field_validator("image_roots", mode="before")
+    @classmethod
+    def _split_roots(cls, value: object) -> tuple[str, ...]:
+        return _split(value, os.pathsep)
+
+    @field_validator("image_roots", mode="after")
+    @classmethod
+    def _roots_or_default(cls, value: tuple[Path, ...], info: ValidationInfo) -> tuple[Path, ...]:
+        if not value:
+            return (info.data["state_dir"] / "images",)
+        return tuple(root.expanduser().resolve() for root in value)
+
+    @field_validator("fetch_allowed_hosts", mode="before")
+    @classmethod
+    def _split_hosts(cls, value: object) -> tuple[str, ...]:
+        return tuple(host.lower() for host in _split(value, ","))
+
+    @model_validator(mode="after")
+    def _soft_bars_under_hard_bars(self) -> Settings:
+        if self.cpu_pressure_soft_bar > self.cpu_pressure_ceiling:
+            raise ValueError(
+                f"STAGE_E_CPU_PRESSURE_SOFT={self.cpu_pressure_soft_bar:g} must not be above "
+                f"STAGE_E_CPU_PRESSURE_CEILING={self.cpu_pressure_ceiling:g}"
+            )
+        if self.host_load_soft_bar > self.host_load_ceiling:
+            raise ValueError(
+                f"STAGE_E_HOST_LOAD_SOFT={self.host_load_soft_bar:g} must not be above "
+                f"STAGE_E_HOST_LOAD_CEILING={self.host_load_ceiling:g}"
+            )
+        return self
 
     @property
     def cpu_pressure_soft_bar(self) -> float:
@@ -122,107 +220,46 @@ def default_database_url(state_dir: Path) -> str:
     return f"sqlite:///{state_dir / 'catalog.sqlite'}"
 
 
-def _parse_bool(name: str, raw: str) -> bool:
-    value = raw.strip().lower()
-    if value in _TRUE:
-        return True
-    if value in _FALSE:
-        return False
-    raise SettingsError(f"{name}={raw!r} is not a boolean (use true or false)")
+# What each kind of pydantic error says about the value, after ``NAME='value'``.
+_WHAT_IS_WRONG = {
+    "int_parsing": "is not a whole number",
+    "int_from_float": "is not a whole number",
+    "int_type": "is not a whole number",
+    "float_parsing": "is not a number",
+    "float_type": "is not a number",
+    "finite_number": "is not a number",
+    "bool_parsing": "is not a boolean (use true or false)",
+    "bool_type": "is not a boolean (use true or false)",
+}
 
 
-def _parse_number(
-    name: str, raw: str, kind: Callable[[str], T], minimum: float | None, maximum: float | None = None
-) -> T:
-    try:
-        value = kind(raw.strip())
-    except ValueError:
-        word = "a whole number" if kind is int else "a number"
-        raise SettingsError(f"{name}={raw!r} is not {word}") from None
-    if minimum is not None and value < minimum:  # type: ignore[operator]
-        raise SettingsError(f"{name}={raw!r} must be at least {minimum:g}")
-    if maximum is not None and value > maximum:  # type: ignore[operator]
-        raise SettingsError(f"{name}={raw!r} must be at most {maximum:g}")
-    if isinstance(value, float) and value != value:  # NaN
-        raise SettingsError(f"{name}={raw!r} is not a number")
-    return value
-
-
-def _split(raw: str, sep: str) -> tuple[str, ...]:
-    return tuple(part.strip() for part in raw.split(sep) if part.strip())
+def _one_line(error: Mapping[str, Any]) -> str:
+    """pydantic's first error as ``STAGE_E_NAME='value' what is wrong``: one line, naming the variable."""
+    ctx = error.get("ctx") or {}
+    if not error["loc"]:  # a check across fields (a soft bar above its hard bar) names its variables itself
+        return str(ctx.get("error", error["msg"]))
+    name = ENV_PREFIX + str(error["loc"][0]).upper()
+    kind = error["type"]
+    if kind == "greater_than_equal":
+        wrong = f"must be at least {ctx['ge']:g}"
+    elif kind == "less_than_equal":
+        wrong = f"must be at most {ctx['le']:g}"
+    else:
+        wrong = _WHAT_IS_WRONG.get(kind, str(error["msg"]).lower())
+    return " ".join(f"{name}={error['input']!r} {wrong}".split())
 
 
 def load_settings(environ: Mapping[str, str] | None = None) -> Settings:
-    """Build :class:`Settings` from ``environ`` (default: the process environment)."""
-    env = os.environ if environ is None else environ
-    defaults = Settings()
+    """Build :class:`Settings` from ``environ`` (default: the process environment).
 
-    def get(name: str) -> str | None:
-        value = env.get(name)
-        return None if value is None or value.strip() == "" else value
-
-    def number(
-        name: str, kind: Callable[[str], T], default: T, minimum: float | None, maximum: float | None = None
-    ) -> T:
-        raw = get(name)
-        return default if raw is None else _parse_number(name, raw, kind, minimum, maximum)
-
-    raw_state = get("STAGE_E_STATE_DIR")
-    state_dir = Path(raw_state).expanduser().resolve() if raw_state else defaults.state_dir
-    raw_enabled = env.get("STAGE_E_STREAMING_ENABLED")
-    roots_raw = get("STAGE_E_IMAGE_ROOTS")
-    hosts_raw = get("STAGE_E_FETCH_ALLOWED_HOSTS")
-    raw_pressure = get("STAGE_E_CPU_PRESSURE_FILE")
-    settings = Settings(
-        streaming_enabled=(_parse_bool("STAGE_E_STREAMING_ENABLED", raw_enabled) if raw_enabled is not None else False),
-        state_dir=state_dir,
-        database_url=get("STAGE_E_DATABASE_URL") or default_database_url(state_dir),
-        micro_batch_size=number("STAGE_E_MICRO_BATCH_SIZE", int, None, 1),  # type: ignore[arg-type]
-        batch_target_s=number("STAGE_E_BATCH_TARGET_S", float, defaults.batch_target_s, 1),
-        arrival_wait_s=number("STAGE_E_ARRIVAL_WAIT_S", float, defaults.arrival_wait_s, 0, MAX_ARRIVAL_WAIT_S),
-        max_concurrent_dispatches=number(
-            "STAGE_E_MAX_CONCURRENT_DISPATCHES", int, defaults.max_concurrent_dispatches, 1
-        ),
-        cpu_pressure_file=Path(raw_pressure).expanduser() if raw_pressure else defaults.cpu_pressure_file,
-        cpu_pressure_ceiling=number(
-            "STAGE_E_CPU_PRESSURE_CEILING", float, defaults.cpu_pressure_ceiling, 0, 100
-        ),
-        cpu_pressure_soft=number("STAGE_E_CPU_PRESSURE_SOFT", float, None, 0, 100),  # type: ignore[arg-type]
-        host_load_ceiling=number("STAGE_E_HOST_LOAD_CEILING", float, defaults.host_load_ceiling, 0),
-        host_load_soft=number("STAGE_E_HOST_LOAD_SOFT", float, None, 0),  # type: ignore[arg-type]
-        host_load_trip_after_s=number(
-            "STAGE_E_HOST_LOAD_TRIP_AFTER_S", float, defaults.host_load_trip_after_s, 0
-        ),
-        rss_mb_ceiling=number("STAGE_E_RSS_MB_CEILING", float, defaults.rss_mb_ceiling, 0),
-        fetch_failure_rate_ceiling=number(
-            "STAGE_E_FETCH_FAILURE_RATE_CEILING", float, defaults.fetch_failure_rate_ceiling, 0, 1
-        ),
-        fetch_failure_window=number("STAGE_E_FETCH_FAILURE_WINDOW", int, defaults.fetch_failure_window, 1),
-        image_roots=(
-            tuple(Path(p).expanduser().resolve() for p in _split(roots_raw, os.pathsep))
-            if roots_raw
-            else (state_dir / "images",)
-        ),
-        fetch_allowed_hosts=tuple(h.lower() for h in _split(hosts_raw, ",")) if hosts_raw else (),
-        fetch_rate_per_sec=number("STAGE_E_FETCH_RATE_PER_SEC", float, defaults.fetch_rate_per_sec, 0.01),
-        fetch_timeout_s=number("STAGE_E_FETCH_TIMEOUT_S", float, defaults.fetch_timeout_s, 0.1),
-        fetch_max_bytes=number("STAGE_E_FETCH_MAX_BYTES", int, defaults.fetch_max_bytes, 1024),
-        claim_ttl_s=number("STAGE_E_CLAIM_TTL_S", int, defaults.claim_ttl_s, 1),
-        max_batch_attempts=number("STAGE_E_MAX_BATCH_ATTEMPTS", int, defaults.max_batch_attempts, 1),
-        run_max_runtime_s=number("STAGE_E_RUN_MAX_RUNTIME_S", int, defaults.run_max_runtime_s, 1),
-        retention_days=number("STAGE_E_RETENTION_DAYS", int, defaults.retention_days, 1),
-    )
-    if settings.cpu_pressure_soft_bar > settings.cpu_pressure_ceiling:
-        raise SettingsError(
-            f"STAGE_E_CPU_PRESSURE_SOFT={settings.cpu_pressure_soft_bar:g} must not be above "
-            f"STAGE_E_CPU_PRESSURE_CEILING={settings.cpu_pressure_ceiling:g}"
-        )
-    if settings.host_load_soft_bar > settings.host_load_ceiling:
-        raise SettingsError(
-            f"STAGE_E_HOST_LOAD_SOFT={settings.host_load_soft_bar:g} must not be above "
-            f"STAGE_E_HOST_LOAD_CEILING={settings.host_load_ceiling:g}"
-        )
-    return settings
+    Raises :class:`SettingsError` with one line naming the first bad variable."""
+    token = _ENVIRON.set(environ)
+    try:
+        return Settings()
+    except ValidationError as exc:
+        raise SettingsError(_one_line(exc.errors()[0])) from None
+    finally:
+        _ENVIRON.reset(token)
 
 
 # The settings that say which locators a fetch may read; they live here, not with the fetcher, so the

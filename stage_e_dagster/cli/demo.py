@@ -13,6 +13,7 @@ import signal
 import socket
 import subprocess
 import sys
+import sysconfig
 import time
 from pathlib import Path
 from typing import Annotated
@@ -27,7 +28,7 @@ from ..catalog.engine import session_scope
 from ..catalog.migrate import upgrade
 from ..catalog.models import Card, EnvelopeTrip, ImageEvidence, MicroBatch, PrintingVote
 from ..corpus.seed import seed_corpus
-from ..defs.instance import dagster_home, open_instance
+from ..defs.instance import create_instance_storage, dagster_home, open_instance
 from ..defs.run_ends import runs_in_progress
 from ..envelope.signals import CpuPressure
 from ..evaluation.labels import load_labels
@@ -81,6 +82,23 @@ def port_in_use(host: str, port: int) -> bool:
 def dagster_command(*args: str) -> list[str]:
     """A Dagster CLI run by this interpreter, as ``dg dev`` starts its own children: no script on PATH needed."""
     return [sys.executable, "-m", *args]
+
+
+# Runs a console script by its name through this interpreter, as the script pip writes would.
+_RUN_CONSOLE_SCRIPT = (
+    "import sys; from importlib.metadata import entry_points; "
+    "sys.exit(entry_points(group='console_scripts', name=sys.argv.pop(1))[0].load()())"
+)
+
+
+def daemon_command(workspace: str) -> list[str]:
+    """``dagster-daemon run``, the daemon's public command: the script in this interpreter's own scripts
+    folder (the venv's ``bin``) whatever PATH says, or, where dagster's scripts were not installed
+    beside it, the same entry point run by this interpreter."""
+    script = Path(sysconfig.get_path("scripts")) / "dagster-daemon"
+    if script.is_file():
+        return [str(script), "run", "-w", workspace]
+    return [sys.executable, "-c", _RUN_CONSOLE_SCRIPT, "dagster-daemon", "run", "-w", workspace]
 
 
 def child_environment(cfg: Settings, corpus_dir: Path) -> dict[str, str]:
@@ -211,6 +229,8 @@ def demo(
             seed_corpus(engine, corpus_dir, cards=cards, seed=seed, broken_share=DEMO_BROKEN_SHARE,
                         progress=bar.advance)
     env = child_environment(cfg, corpus_dir)
+    # Before any Dagster process starts: started together on an empty home, they can create it twice.
+    create_instance_storage(Path(env["DAGSTER_HOME"]))
     workspace = str(workspace_file(cfg))
     dg_project_folder(cfg)
     if CpuPressure(cfg.cpu_pressure_file).read() is not None:
@@ -243,7 +263,7 @@ def demo(
     typer.echo(f"starting the Dagster daemon headless (log: {log_path})")
     with open(log_path, "ab") as log:
         daemon = subprocess.Popen(
-            dagster_command("dagster._daemon", "run", "-w", workspace),
+            daemon_command(workspace),
             env=env,
             stdout=log,
             stderr=subprocess.STDOUT,

@@ -1,9 +1,12 @@
-"""The only module that imports ``dagster._core``: asset backfills submitted and read from Python.
+"""The only module that touches Dagster's private names: ``dagster._core`` imports, and the
+attributes and storage calls Dagster does not mark public.
 
-Dagster 1.13 has no public way to submit an asset backfill outside the webserver, or to read one
-back; everything else in the project uses public ``dagster`` names. Keep each internal behind a
-plain function here, so a Dagster upgrade that moves one breaks
-``tests/orchestration/test_dagster_internals.py`` and this file, nothing else.
+Dagster 1.13 has no public way to submit an asset backfill outside the webserver or to read one
+back, to set a pool's limit from Python, to reach a repository's asset graph or a sensor context's
+instance reference, or to name the run statuses it groups as finished and not finished; everything
+else in the project uses public ``dagster`` names. Keep each internal behind a plain function or
+name here, so a Dagster upgrade that moves one breaks ``tests/orchestration/test_dagster_internals.py``
+and this file, nothing else.
 """
 
 from __future__ import annotations
@@ -11,7 +14,7 @@ from __future__ import annotations
 import time
 from collections.abc import Mapping, Sequence
 
-from dagster import AssetKey, DagsterInstance
+from dagster import AssetKey, DagsterInstance, RepositoryDefinition, SensorEvaluationContext
 
 # What ``Definitions.resolve_asset_graph()`` returns, for annotations; ``dagster`` does not export the type.
 from dagster._core.definitions.assets.graph.base_asset_graph import BaseAssetGraph
@@ -19,14 +22,33 @@ from dagster._core.definitions.assets.graph.base_asset_graph import BaseAssetGra
 # What the webserver's launch mutation builds and the backfill daemon executes; no public constructor or filter.
 from dagster._core.execution.backfill import BulkActionStatus, PartitionBackfill
 
+# What a sensor context's instance reference is; a daemon's code server hands sensors one, not an instance.
+from dagster._core.instance.ref import InstanceRef
+
+# Dagster's own grouping of run statuses, so the project never keeps a list of its own that drifts.
+from dagster._core.storage.dagster_run import (
+    ACTIVE_RUN_STATUSES,
+    FINISHED_STATUSES,
+    NOT_FINISHED_STATUSES,
+)
+
 # The id format the UI and the ``dagster/backfill`` run tag use; Dagster exports no generator for it.
 from dagster._core.utils import make_new_backfill_id
 
 __all__ = [
+    "ACTIVE_RUN_STATUSES",
+    "FINISHED_STATUSES",
+    "NOT_FINISHED_STATUSES",
     "BaseAssetGraph",
+    "InstanceRef",
     "backfill_is_requested",
     "backfill_status",
+    "context_instance_ref",
+    "delete_pool_limit",
     "new_backfill_id",
+    "pool_limit",
+    "repository_asset_graph",
+    "set_pool_limit",
     "submit_asset_backfill",
 ]
 
@@ -80,3 +102,30 @@ def backfill_status(instance: DagsterInstance, backfill_id: str) -> str | None:
 def backfill_is_requested(instance: DagsterInstance, backfill_id: str) -> bool:
     """True while the daemon may still launch runs for it; a canceling, failing or ended one launches no more."""
     return backfill_status(instance, backfill_id) == REQUESTED
+
+
+def context_instance_ref(context: SensorEvaluationContext) -> InstanceRef | None:
+    """The instance reference the daemon's code server gave the sensor; None for a test's context
+    built with an instance (``build_sensor_context(instance=...)``)."""
+    return context.instance_ref
+
+
+def repository_asset_graph(repository: RepositoryDefinition) -> BaseAssetGraph:
+    """The asset graph of the code location a sensor runs in (what a backfill is built against)."""
+    return repository.asset_graph
+
+
+def pool_limit(instance: DagsterInstance, pool: str) -> int | None:
+    """The pool's own limit; None while it has none and the instance's ``default_limit`` applies."""
+    info = instance.event_log_storage.get_concurrency_info(pool)
+    return None if info.using_default_limit else info.slot_count
+
+
+def set_pool_limit(instance: DagsterInstance, pool: str, limit: int) -> None:
+    """What ``dagster instance concurrency set POOL LIMIT`` does, from Python, without a restart."""
+    instance.event_log_storage.set_concurrency_slots(pool, limit)
+
+
+def delete_pool_limit(instance: DagsterInstance, pool: str) -> None:
+    """Drop the pool's own limit, so the instance's ``default_limit`` applies again."""
+    instance.event_log_storage.delete_concurrency_limit(pool)

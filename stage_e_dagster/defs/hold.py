@@ -21,28 +21,24 @@ from ..catalog.engine import session_scope
 from ..catalog.models import EnvelopeTrip, PoolControl
 from ..dispatch.batches import abandon
 from ..dispatch.governing import pool_control
+from . import dagster_internals
 from .tags import BACKFILL_TAG, DISPATCH_POOL, DISPATCH_TAG, PARTITION_TAG
 
-ACTIVE_STATUSES = [
-    DagsterRunStatus.QUEUED,
-    DagsterRunStatus.NOT_STARTED,
-    DagsterRunStatus.STARTING,
-    DagsterRunStatus.STARTED,
-    DagsterRunStatus.CANCELING,  # still holds its slot and may still be writing
-]
+# Queued or going: every status Dagster counts as not finished (a canceling run still holds its slot
+# and may still be writing).
+ACTIVE_STATUSES = dagster_internals.NOT_FINISHED_STATUSES
 
 
 def pool_limit(instance: DagsterInstance) -> int | None:
     """The pool's own limit; ``None`` while it has none and the instance's ``default_limit`` applies."""
-    info = instance.event_log_storage.get_concurrency_info(DISPATCH_POOL)
-    return None if info.using_default_limit else info.slot_count
+    return dagster_internals.pool_limit(instance, DISPATCH_POOL)
 
 
 def _set_pool_limit(instance: DagsterInstance, limit: int | None) -> None:
     if limit is None:
-        instance.event_log_storage.delete_concurrency_limit(DISPATCH_POOL)
+        dagster_internals.delete_pool_limit(instance, DISPATCH_POOL)
     elif pool_limit(instance) != limit:
-        instance.event_log_storage.set_concurrency_slots(DISPATCH_POOL, limit)
+        dagster_internals.set_pool_limit(instance, DISPATCH_POOL, limit)
 
 
 def is_dispatch_run(run: DagsterRun) -> bool:

@@ -1,4 +1,5 @@
-"""Where the Dagster instance lives for the CLI and the demo: ``DAGSTER_HOME``, or the state folder.
+"""Where the Dagster instance lives for the CLI and the demo: ``DAGSTER_HOME``, or the state folder;
+and its storage, created before any Dagster process starts on it.
 
 The state folder's ``dagster.yaml`` is written from the package's own copy, so an installed wheel
 works from any folder. The checkout paths below are for tests and benchmarks run from a checkout.
@@ -30,6 +31,18 @@ def dagster_home(settings: Settings) -> Path:
     if not target.exists():
         target.write_text(read_instance_file(INSTANCE_YAML), encoding="utf-8")
     return home
+
+
+def create_instance_storage(home: Path) -> None:
+    """Create the instance's storage under ``home`` (or check it is current) in this one process, before
+    any Dagster process starts on it.
+
+    A webserver, a daemon and a code server started together on an empty home each create the storage
+    they find missing, and two of them can both stamp the schedule storage's Alembic revision; every
+    process after that fails its revision check. Opening the instance once first leaves nothing to create.
+    """
+    with DagsterInstance.from_config(str(home)):
+        pass
 
 
 def open_instance(settings: Settings) -> DagsterInstance:

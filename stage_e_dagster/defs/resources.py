@@ -7,7 +7,6 @@ set-up, not a tick error. It never enters Dagster's config, so the UI and run re
 
 from __future__ import annotations
 
-from dataclasses import replace
 from typing import TYPE_CHECKING
 
 import sqlalchemy as sa
@@ -32,7 +31,9 @@ class StageEResource(ConfigurableResource):
 
     def settings(self) -> Settings:
         settings = load_settings()
-        return settings if self.database_url is None else replace(settings, database_url=self.database_url)
+        if self.database_url is None:
+            return settings
+        return settings.model_copy(update={"database_url": self.database_url})
 
     def engine(self) -> sa.Engine:
         return engine_for(self.settings().database_url)

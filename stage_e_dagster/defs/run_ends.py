@@ -36,19 +36,14 @@ from ..dispatch.outbox import add_entry
 from ..envelope.bars import Ceilings, EnvelopeSignals
 from ..envelope.trips import check_envelope, trip_opened_by_run
 from ..settings import Settings
+from .dagster_internals import FINISHED_STATUSES, NOT_FINISHED_STATUSES
 from .max_runtime import max_runtime_exceeded
 from .run_failures import failure_reason_of, may_be_a_live_worker
 from .tags import PARTITION_TAG, REFUSED_REASON_TAG, REFUSED_TAG
 
-ENDED = [DagsterRunStatus.SUCCESS, DagsterRunStatus.FAILURE, DagsterRunStatus.CANCELED]
-NOT_ENDED = [
-    DagsterRunStatus.QUEUED,
-    DagsterRunStatus.NOT_STARTED,
-    DagsterRunStatus.STARTING,
-    DagsterRunStatus.STARTED,
-    DagsterRunStatus.SUSPENDED,
-    DagsterRunStatus.CANCELING,
-]
+# Dagster's own grouping of run statuses, not a list of ours that a Dagster upgrade could leave behind.
+ENDED = FINISHED_STATUSES
+NOT_ENDED = NOT_FINISHED_STATUSES
 # A run that failed before it took its batch (the queue could not launch it: a code server restarting
 # or unreachable) did none of its work, so the batch is requested again with its attempt unchanged.
 # After this many requests of one batch such failures spend attempts as any other, so a deployment

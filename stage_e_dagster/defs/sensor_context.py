@@ -16,6 +16,7 @@ import threading
 
 from dagster import DagsterInstance, SensorEvaluationContext, serialize_value
 
+from .dagster_internals import context_instance_ref
 from .resources import LOCATION_RESOURCE, StageEResource
 
 _lock = threading.Lock()
@@ -25,7 +26,7 @@ _by_ref: dict[str, DagsterInstance] = {}
 def sensor_instance(context: SensorEvaluationContext) -> DagsterInstance:
     """The process's instance for this context's instance reference; the context's own when it has
     none (a test's ``build_sensor_context(instance=...)``)."""
-    ref = context.instance_ref
+    ref = context_instance_ref(context)
     if ref is None:
         return context.instance
     key = serialize_value(ref)

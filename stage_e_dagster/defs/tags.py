@@ -10,6 +10,7 @@ TRIGGER_TAG = "stage_e/trigger_reason"
 ATTEMPT_TAG = "stage_e/attempt"
 PARTITION_TAG = "dagster/partition"
 BACKFILL_TAG = "dagster/backfill"  # Dagster's, on every run a backfill launched
+MAX_RUNTIME_TAG = "dagster/max_runtime"  # Dagster's: run monitoring cancels a run older than this (seconds)
 # Set by a run that refused (see ``dispatch.conveyor``): why, so the run-end handling knows whether
 # the batch is its to put back.
 REFUSED_TAG = "stage_e/refused"
@@ -22,7 +23,7 @@ def dispatch_tags(settings: Settings, *, trigger_reason: str, attempt: int | Non
     tags = {
         DISPATCH_TAG: "micro-batch",
         TRIGGER_TAG: trigger_reason,
-        "dagster/max_runtime": str(settings.run_max_runtime_s),
+        MAX_RUNTIME_TAG: str(settings.run_max_runtime_s),
     }
     if attempt is not None:
         tags[ATTEMPT_TAG] = str(attempt)

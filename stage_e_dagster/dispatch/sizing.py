@@ -27,9 +27,10 @@ from ..catalog.models import MicroBatch
 from ..settings import Settings
 from .claims import unclaimed_query
 
-# A tick never creates more batches than this, whatever the free concurrency: the sensor tick budget
-# is 60 s and each batch is a committed row plus a partition.
-MAX_BATCHES_PER_TICK = 8
+# A tick creates at most one batch per slot of the dispatch cap, and never fewer than this many may go:
+# the sensor tick budget is 60 s and each batch is a committed row plus a partition, so the bound grows
+# with the slots it has to fill, not with the backlog.
+MIN_BATCHES_PER_TICK = 8
 # Bounds of a work-sized batch. The ceiling keeps a batch's claims, card list and retry small even
 # when cards turn out nearly free (Stage D only, or skipped as current).
 MIN_BATCH_CARDS = 1
@@ -70,6 +71,12 @@ class BatchPlan:
     seconds_per_card: float | None = None
     waiting: int | None = None
     depth: int | None = None
+
+
+def max_batches_per_tick(settings: Settings) -> int:
+    """Batches one tick may create: one per slot of ``STAGE_E_MAX_CONCURRENT_DISPATCHES`` (at least
+    ``MIN_BATCHES_PER_TICK``), so every slot of a 16- or 64-core host can start from one tick."""
+    return max(MIN_BATCHES_PER_TICK, settings.max_concurrent_dispatches)
 
 
 def history_query() -> sa.Select[tuple[datetime | None, datetime | None, int]]:
@@ -141,10 +148,10 @@ def plan_for_tick(
     to what the queue could take."""
     limit = settings.max_concurrent_dispatches if cap is None else cap
     if settings.micro_batch_size is not None:
-        slots = min(max(0, limit - in_flight_runs), MAX_BATCHES_PER_TICK)
+        slots = min(max(0, limit - in_flight_runs), max_batches_per_tick(settings))
         return BatchPlan(batch_size=settings.micro_batch_size, max_batches=slots, depth=limit)
     depth = limit * (1 + QUEUED_AHEAD_PER_SLOT) if queue_ahead else limit
-    slots = min(max(0, depth - in_flight_runs), MAX_BATCHES_PER_TICK)
+    slots = min(max(0, depth - in_flight_runs), max_batches_per_tick(settings))
     if slots == 0:
         return BatchPlan(batch_size=MIN_BATCH_CARDS, max_batches=0, basis=TRICKLE, depth=depth)
     rate = measured_seconds_per_card(session) or DEFAULT_SECONDS_PER_CARD

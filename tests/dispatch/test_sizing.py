@@ -4,7 +4,6 @@ free slots, the fixed size when set, and reads that stay bounded. On SQLite and 
 from __future__ import annotations
 
 import math
-from dataclasses import replace
 from datetime import timedelta
 from itertools import count
 
@@ -37,7 +36,7 @@ _keys = count()
 
 
 def settings(**values: object) -> Settings:
-    return replace(Settings(), **{"max_concurrent_dispatches": 2, **values})  # type: ignore[arg-type]
+    return Settings(**{"max_concurrent_dispatches": 2, **values})  # type: ignore[arg-type]
 
 
 def add_history(engine: sa.Engine, *, seconds: float, cards: int, batches: int = 5, status: str = "succeeded",

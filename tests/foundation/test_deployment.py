@@ -80,7 +80,9 @@ def test_instance_yaml_has_one_run_granular_pool_and_run_monitoring(path: Path) 
     # governed concurrency, at most STAGE_E_MAX_CONCURRENT_DISPATCHES (the usable CPUs by default).
     assert pools["default_limit"] == 2
     runs = config["concurrency"]["runs"]
-    assert runs["max_concurrent_runs"] >= pools["default_limit"]
+    # No run cap of the queue's own: the pool caps dispatch at any CPU count, and the acknowledge job
+    # never queues behind dispatch runs (tests/foundation/test_scaling_defaults.py).
+    assert runs["max_concurrent_runs"] == -1
     # Asset-backfill runs carry no job tags, so a tag limit would not cap the sweep: the pool must.
     assert not runs.get("tag_concurrency_limits")
     # Dagster refuses run_queue or run_coordinator caps beside `concurrency`.
@@ -104,7 +106,8 @@ def test_values_cap_dispatch_with_the_one_pool(values: dict[str, Any]) -> None:
     assert concurrency["pools"] == {"granularity": "run", "defaultLimit": 2}
     env = user_deployment(values)["env"]
     assert int(env["STAGE_E_MAX_CONCURRENT_DISPATCHES"]) == concurrency["pools"]["defaultLimit"]
-    assert concurrency["runs"]["maxConcurrentRuns"] >= concurrency["pools"]["defaultLimit"]
+    # The whole dispatch cap plus the acknowledge job run at once: no run cap of the queue's own.
+    assert concurrency["runs"]["maxConcurrentRuns"] == -1
     assert concurrency["runs"]["tagConcurrencyLimits"] == []
     # The pool the values limit is the one both assets declare.
     assert {stage_c_evidence.op.pool, stage_d_verdicts.op.pool} == {DISPATCH_POOL}
@@ -284,3 +287,17 @@ def test_sensors_tick_in_threads_in_every_instance_file_and_the_chart(values: di
     (tmp_path / "dagster.yaml").write_text(yaml.safe_dump({"sensors": rendered}))
     with DagsterInstance.from_config(str(tmp_path)) as instance:
         assert instance.get_sensor_settings() == rendered
+
+
+def test_the_first_install_creates_the_instance_storage_with_no_other_dagster_process_running() -> None:
+    """``storage-first.yaml`` runs the chart's instance-migrate Job alone: processes started together on an
+    empty instance database can each create its tables and stamp Alembic's revision twice."""
+    first = load(DEPLOY / "helm" / "storage-first.yaml")
+    assert first["migrate"] == {"enabled": True}
+    assert first["dagsterWebserver"] == {"replicaCount": 0}
+    assert first["dagsterDaemon"] == {"enabled": False}
+    assert first["dagster-user-deployments"] == {"enabled": False}
+    guide = (ROOT / "docs" / "deployment.md").read_text()
+    assert guide.index("-f deploy/helm/storage-first.yaml") < guide.index(
+        "helm upgrade --install stage-e dagster/dagster -n stage-e -f deploy/helm/values.yaml\n"
+    )

@@ -59,6 +59,8 @@ def test_values_are_parsed_and_typed() -> None:
         ("STAGE_E_FETCH_FAILURE_RATE_CEILING", "1.5", "must be at most 1"),
         ("STAGE_E_FETCH_FAILURE_WINDOW", "2.5", "is not a whole number"),
         ("STAGE_E_HOST_LOAD_CEILING", "nan", "is not a number"),
+        ("STAGE_E_HOST_LOAD_CEILING", "inf", "STAGE_E_HOST_LOAD_CEILING='inf' is not a number"),
+        ("STAGE_E_FETCH_MAX_BYTES", "10", "STAGE_E_FETCH_MAX_BYTES='10' must be at least 1024"),
         ("STAGE_E_CPU_PRESSURE_CEILING", "101", "STAGE_E_CPU_PRESSURE_CEILING='101' must be at most 100"),
         ("STAGE_E_CPU_PRESSURE_SOFT", "80", "STAGE_E_CPU_PRESSURE_SOFT=80 must not be above"),
         ("STAGE_E_STREAMING_ENABLED", "maybe", "STAGE_E_STREAMING_ENABLED='maybe' is not a boolean"),
@@ -71,3 +73,16 @@ def test_a_bad_value_fails_with_one_line_naming_the_variable(name: str, value: s
     assert message in text
     assert name in text
     assert "\n" not in text
+
+
+def test_the_process_environment_is_read_and_blank_values_count_as_unset(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("STAGE_E_STATE_DIR", str(tmp_path))
+    monkeypatch.setenv("STAGE_E_STREAMING_ENABLED", " yes ")
+    monkeypatch.setenv("STAGE_E_MICRO_BATCH_SIZE", "   ")
+    monkeypatch.setenv("STAGE_E_DATABASE_URL", "")
+    s = load_settings()
+    assert s.streaming_enabled is True and s.micro_batch_size is None
+    assert s.database_url == f"sqlite:///{tmp_path / 'catalog.sqlite'}"
+    assert s.image_roots == (tmp_path / "images",)

@@ -26,7 +26,12 @@ from stage_e_dagster.catalog.engine import make_engine, session_scope
 from stage_e_dagster.catalog.models import Card, ImageEvidence, MicroBatch, PrintingVote
 from stage_e_dagster.corpus.seed import seed_corpus
 from stage_e_dagster.defs.dagster_internals import backfill_status
-from stage_e_dagster.defs.instance import EMBEDDED_INSTANCE_YAML, PROJECT_ROOT, WORKSPACE_YAML
+from stage_e_dagster.defs.instance import (
+    EMBEDDED_INSTANCE_YAML,
+    PROJECT_ROOT,
+    WORKSPACE_YAML,
+    create_instance_storage,
+)
 from stage_e_dagster.defs.ledger import ledger_entries
 from stage_e_dagster.defs.run_ends import runs_in_progress
 from stage_e_dagster.process_groups import reset_signals, stop_group
@@ -76,6 +81,9 @@ class Stack:
         )
         self.process: subprocess.Popen[bytes] | None = None
         self._runs: DagsterInstance | None = None
+        # Before the daemon and any webserver start on this home, as every entry point does.
+        os.environ.update({k: v for k, v in self.env.items() if k.startswith("DAGSTER_PG")})
+        create_instance_storage(self.home)
 
     def instance(self) -> DagsterInstance:
         os.environ.update({k: v for k, v in self.env.items() if k.startswith("DAGSTER_PG")})

@@ -5,18 +5,22 @@ If a Dagster upgrade moves or changes an internal, these tests fail before any s
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
+import pytest
 import sqlalchemy as sa
 from dagster import AssetKey, DagsterRunStatus, instance_for_test
-from dagster._core.storage.dagster_run import NOT_FINISHED_STATUSES
+from dagster._core.storage.dagster_run import ACTIVE_RUN_STATUSES, FINISHED_STATUSES, NOT_FINISHED_STATUSES
 
 from stage_e_dagster.catalog.engine import session_scope
 from stage_e_dagster.catalog.models import MicroBatch
 from stage_e_dagster.definitions import defs
 from stage_e_dagster.defs import dagster_internals as internals
+from stage_e_dagster.defs.hold import ACTIVE_STATUSES
 from stage_e_dagster.defs.partitions import micro_batches
 from stage_e_dagster.defs.run_ends import ENDED, NOT_ENDED
+from stage_e_dagster.defs.sensors.dispatching import RUNNING
 from stage_e_dagster.defs.sweep import launch_sweep
 from stage_e_dagster.settings import load_settings
 
@@ -77,16 +81,64 @@ def test_the_sweep_records_its_backfill_id_on_every_batch_it_launches(pipeline: 
     assert internals.backfill_is_requested(pipeline.instance, launch.backfill_id)
 
 
-def test_only_the_adapter_imports_dagster_core() -> None:
-    offenders = sorted(
+# Dagster's private names, each as it would be written outside the adapter: a private module imported
+# or run (``dagster._core...``, ``python -m dagster._daemon``), and attributes and storage calls Dagster
+# does not mark public.
+PRIVATE_NAMES = {
+    "a private module": re.compile(r"\bdagster\._\w"),
+    "a sensor context's instance_ref": re.compile(r"\.instance_ref\b"),
+    "RepositoryDefinition.asset_graph": re.compile(r"\.asset_graph\b"),
+    "the event log storage's pool calls": re.compile(r"\bevent_log_storage\b"),
+}
+
+
+def private_name_users(pattern: re.Pattern[str]) -> list[str]:
+    return sorted(
         str(path.relative_to(PACKAGE))
         for path in PACKAGE.rglob("*.py")
-        if "dagster._core" in path.read_text(encoding="utf-8") and path.relative_to(PACKAGE) != ADAPTER
+        if path.relative_to(PACKAGE) != ADAPTER and pattern.search(path.read_text(encoding="utf-8"))
     )
-    assert offenders == [], f"dagster._core outside {ADAPTER}: {offenders}"
+
+
+@pytest.mark.parametrize("what", list(PRIVATE_NAMES))
+def test_only_the_adapter_uses_dagster_private_names(what: str) -> None:
+    offenders = private_name_users(PRIVATE_NAMES[what])
+    assert offenders == [], f"{what} outside {ADAPTER}: {offenders}"
+
+
+@pytest.mark.parametrize(
+    ("what", "line"),
+    [
+        ("a private module", "from dagster._core.storage.dagster_run import FINISHED_STATUSES"),
+        ("a private module", 'dagster_command("dagster._daemon", "run", "-w", workspace)'),
+        ("a sensor context's instance_ref", "ref = context.instance_ref"),
+        ("RepositoryDefinition.asset_graph", "launch_sweep(instance, context.repository_def.asset_graph, cfg)"),
+        ("the event log storage's pool calls", "instance.event_log_storage.set_concurrency_slots(POOL, 0)"),
+    ],
+)
+def test_the_guard_catches_each_private_name(what: str, line: str) -> None:
+    """Each pattern matches the use it is there for, and public names stay clear of it."""
+    assert PRIVATE_NAMES[what].search(line)
+    public_uses = ("defs.resolve_asset_graph()", "import dagster", "dagster.AssetKey", "build_sensor_context(i)")
+    for public in public_uses:
+        assert not PRIVATE_NAMES[what].search(public)
+
+
+def test_the_adapter_gives_the_pool_limit_back_as_set() -> None:
+    pools = {"concurrency": {"pools": {"granularity": "run", "default_limit": 2}}}
+    with instance_for_test(overrides=pools) as instance:
+        assert internals.pool_limit(instance, "some_pool") is None
+        internals.set_pool_limit(instance, "some_pool", 0)
+        assert internals.pool_limit(instance, "some_pool") == 0
+        internals.delete_pool_limit(instance, "some_pool")
+        assert internals.pool_limit(instance, "some_pool") is None
 
 
 def test_every_run_status_is_either_ended_or_in_progress() -> None:
-    """``run_ends`` lists both by name (no internal needed); a status a Dagster upgrade adds must land in one."""
-    assert set(NOT_ENDED) == set(NOT_FINISHED_STATUSES)
+    """The project's status groups are Dagster's own lists, so a status a Dagster upgrade adds lands in one."""
+    assert ENDED is FINISHED_STATUSES and NOT_ENDED is NOT_FINISHED_STATUSES
+    assert ACTIVE_STATUSES is NOT_FINISHED_STATUSES and RUNNING is ACTIVE_RUN_STATUSES
+    assert internals.FINISHED_STATUSES is FINISHED_STATUSES and internals.NOT_FINISHED_STATUSES is NOT_FINISHED_STATUSES
+    assert internals.ACTIVE_RUN_STATUSES is ACTIVE_RUN_STATUSES
     assert set(ENDED) | set(NOT_ENDED) | {DagsterRunStatus.MANAGED} == set(DagsterRunStatus)
+    assert set(RUNNING) <= set(NOT_ENDED)

@@ -16,12 +16,10 @@ from pathlib import Path
 
 import pytest
 import sqlalchemy as sa
-from dagster import DagsterInstance
-from dagster._core.instance.ref import InstanceRef
 
 from stage_e_dagster.catalog.engine import session_scope
 from stage_e_dagster.catalog.models import Card, ImageEvidence, MicroBatch, StageDPass
-from stage_e_dagster.defs.instance import EMBEDDED_INSTANCE_YAML, WORKSPACE_YAML
+from stage_e_dagster.defs.instance import EMBEDDED_INSTANCE_YAML, WORKSPACE_YAML, create_instance_storage
 
 from .test_daemon import assert_no_duplicates, sqlite_stack_for
 
@@ -154,7 +152,7 @@ def test_default_off_with_the_real_code_location_and_no_database_url(tmp_path: P
         folder.mkdir()
     shutil.copyfile(EMBEDDED_INSTANCE_YAML, home / "dagster.yaml")
     # Create the instance's SQLite storage once, so the parallel previews below never race to create it.
-    DagsterInstance.from_ref(InstanceRef.from_dir(str(home))).dispose()
+    create_instance_storage(home)
     env = {k: v for k, v in os.environ.items() if not k.startswith(("STAGE_E_", "DAGSTER_"))} | {
         "DAGSTER_HOME": str(home),
         "STAGE_E_STATE_DIR": str(state),

@@ -5,6 +5,7 @@ Ships stopped; start it in the UI or with ``dagster sensor start backstop_sweep_
 
 from dagster import DefaultSensorStatus, SensorEvaluationContext, SkipReason, sensor
 
+from ..dagster_internals import repository_asset_graph
 from ..heartbeat import beat
 from ..sensor_context import sensor_instance, sensor_resource
 from ..sweep import SweepRefused, launch_sweep
@@ -22,7 +23,8 @@ def backstop_sweep_sensor(context: SensorEvaluationContext) -> SkipReason:
     stage_e = sensor_resource(context)
     beat(context, stage_e, sensor_name="backstop_sweep_sensor", interval_s=DAY)
     try:
-        launch = launch_sweep(sensor_instance(context), context.repository_def.asset_graph, stage_e.settings(),
+        launch = launch_sweep(sensor_instance(context), repository_asset_graph(context.repository_def),
+                              stage_e.settings(),
                               max_batches=SWEEP_MAX_BATCHES)
     except SweepRefused as refused:
         return SkipReason(str(refused))

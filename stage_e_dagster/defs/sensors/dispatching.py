@@ -13,7 +13,7 @@ import time
 from dataclasses import replace
 
 import sqlalchemy as sa
-from dagster import DagsterRunStatus, RunRequest, SensorEvaluationContext, SensorResult, SkipReason
+from dagster import RunRequest, SensorEvaluationContext, SensorResult, SkipReason
 
 from ...catalog.backlog import requeue_config_refused
 from ...catalog.base import utcnow
@@ -22,9 +22,10 @@ from ...catalog.models import MicroBatch
 from ...dispatch.arrivals import wait_for_unclaimed
 from ...dispatch.batches import create_batches
 from ...dispatch.guard import FLAG_OFF, check_gate
-from ...dispatch.sizing import MAX_BATCHES_PER_TICK, plan_for_tick
+from ...dispatch.sizing import max_batches_per_tick, plan_for_tick
 from ...settings import Settings, settings_fingerprint
 from ...stage_c.rollout import rollout_step
+from ..dagster_internals import ACTIVE_RUN_STATUSES
 from ..governor import (
     governor_observation,
     has_batch_in_flight,
@@ -44,7 +45,8 @@ from ..tags import dispatch_tags
 # any tick that starts a little earlier in its pass than the last one did, so the sensor then ticks
 # every 10 s, which alone added ~5 s to a trickled card's wait.
 EVERY_DAEMON_PASS_S = 4
-RUNNING = (DagsterRunStatus.STARTING, DagsterRunStatus.STARTED)
+# Runs with a worker (or getting one): Dagster's own grouping.
+RUNNING = ACTIVE_RUN_STATUSES
 
 
 def run_request(settings: Settings, batch: MicroBatch) -> RunRequest:
@@ -98,7 +100,8 @@ def dispatch_tick(
         if allowed:
             notes.append(f"settings changed: {allowed} card(s) waiting on configuration back in the Stage C backlog")
         done = reconcile(instance, engine, settings, now=now)
-    requeue = done.requests[:MAX_BATCHES_PER_TICK]
+    per_tick = max_batches_per_tick(settings)
+    requeue = done.requests[:per_tick]
     active = active_dispatch_runs(instance)
     governed = standing_limit(engine, settings.max_concurrent_dispatches)
     if requeue or has_unclaimed(engine, predicate, now=now) or has_batch_in_flight(engine):
@@ -132,7 +135,7 @@ def dispatch_tick(
                 settings, in_flight_runs=in_flight + len(requeue), cap=cap, queue_ahead=queue_ahead, session=session,
                 predicate=predicate, now=now,
             )
-            plan = replace(plan, max_batches=min(plan.max_batches, MAX_BATCHES_PER_TICK - len(requeue)))
+            plan = replace(plan, max_batches=min(plan.max_batches, per_tick - len(requeue)))
             fresh = create_batches(
                 session,
                 predicate,
