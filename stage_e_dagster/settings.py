@@ -12,7 +12,7 @@ import json
 import os
 from contextvars import ContextVar
 from pathlib import Path
-from typing import Annotated, Any, Mapping, Sequence
+from typing import Annotated, Any, Literal, Mapping, Sequence
 
 from pydantic import Field, ValidationError, ValidationInfo, field_validator, model_validator
 from pydantic_settings import (
@@ -141,6 +141,10 @@ class Settings(BaseSettings):
     max_batch_attempts: PositiveCount = 3
     run_max_runtime_s: PositiveCount = 1800
     retention_days: PositiveCount = 7
+    # How Stage C reads an upload's text: "full" (the shipped reader: both ends of the text, closer where
+    # nothing is confirmed) or "cheap" (one small look, three lines read, never closer: for tests and
+    # smoke runs that only need Stage C to have run; it reads far less).
+    ocr_pass: Literal["full", "cheap"] = "full"
 
     @classmethod
     def settings_customise_sources(

@@ -55,7 +55,7 @@ def run_bulk_stage_c(engine: sa.Engine, cfg: Settings, card_ids: Sequence[int] |
         fetcher = ImageFetcher.from_settings(cfg, engine)
         try:
             report = run_stage_c(engine, card_ids, writer=writer, run_id=writer, fetcher=fetcher, limit=limit,
-                                 progress=advance, skip_leased=True)
+                                 progress=advance, skip_leased=True, ocr_pass=cfg.ocr_pass)
         finally:
             fetcher.close()
     data = {k: v for k, v in vars(report).items() if k not in ("lockout", "deferred_card_ids")}

@@ -86,7 +86,8 @@ def stage_c_evidence(
         return
     fetcher = stage_e.image_fetcher(settings)
     try:
-        result = run_batch_stage_c(engine, batch, run_id=context.run.run_id, fetcher=fetcher, logger=context.log)
+        result = run_batch_stage_c(engine, batch, run_id=context.run.run_id, fetcher=fetcher, logger=context.log,
+                                   ocr_pass=settings.ocr_pass)
     finally:
         fetcher.close()
     if result.lockout_trip_id:

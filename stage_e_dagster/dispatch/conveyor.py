@@ -141,7 +141,7 @@ def must_stop(engine: sa.Engine, batch_key: str, *, run_id: str) -> bool:
 
 
 def run_batch_stage_c(engine: sa.Engine, batch: BatchInfo, *, run_id: str, fetcher: ImageFetcher,
-                      logger: logging.Logger | None = None) -> StageCResult:
+                      logger: logging.Logger | None = None, ocr_pass: str = "full") -> StageCResult:
     """Stage C over the batch. A lockout stops Stage C and opens a trip at once; the caller goes on to Stage D.
 
     Progress and every card that failed, was deferred or was left terminal go to ``logger``.
@@ -158,6 +158,7 @@ def run_batch_stage_c(engine: sa.Engine, batch: BatchInfo, *, run_id: str, fetch
         should_stop=lambda: must_stop(engine, batch.batch_key, run_id=run_id),
         progress=said.advance,
         on_card=said.card,
+        ocr_pass=ocr_pass,
     )
     trip_id = None
     if report.lockout is not None:

@@ -90,9 +90,11 @@ def terminal_result(content_hash: str, error_class: str, *, latency_ms: float | 
 
 def compute_evidence(content_hash: str, data: bytes, *, latency_ms: float | None,
                      keys: Iterable[str] | None = None, lexicon: frozenset[str] | None = None,
-                     max_pixels: int = DEFAULT_MAX_PIXELS, printed: PrintedKeys | None = None) -> ExtractionResult:
+                     max_pixels: int = DEFAULT_MAX_PIXELS, printed: PrintedKeys | None = None,
+                     ocr_pass: str = "full") -> ExtractionResult:
     """Decode ``data`` and run the requested manifest keys (all when None). ``printed`` (the
-    catalogue's collector keys) tells the reader when a read is confirmed and needs no closer look.
+    catalogue's collector keys) tells the reader when a read is confirmed and needs no closer look;
+    ``ocr_pass`` "cheap" reads far less (``settings.ocr_pass``).
 
     An undecodable image gives a terminal record. An extractor that raises records the skip
     ``extractor-error`` at its version rather than leaving the card to loop.
@@ -110,7 +112,7 @@ def compute_evidence(content_hash: str, data: bytes, *, latency_ms: float | None
     result = ExtractionResult(content_hash=content_hash)
     result.timings_ms["decode"] = decode_ms
     ctx = ImageContext.from_upload(decoded.image, lexicon, orient_by_text=not set(wanted) <= ORIENTATION_FREE,
-                                   keys=printed)
+                                   keys=printed, cheap=ocr_pass == "cheap")
     result.timings_ms["localise"] = (time.perf_counter() - started) * 1000 - decode_ms
     for key in wanted:
         if key == "fetch_health":

@@ -64,16 +64,18 @@ class ImageContext:
     localisation: Localised | None = None
     keys: PrintedKeys | None = None
     upload: Image.Image | None = None
+    cheap: bool = False  # the cheap pass of the reader (settings.ocr_pass "cheap")
     _text: CardText | None = field(default=None, repr=False)
     _parse: LineParse | None = field(default=None, repr=False)
 
     @classmethod
     def from_upload(cls, upload: Image.Image, lexicon: frozenset[str] | None, *,
-                    orient_by_text: bool = True, keys: PrintedKeys | None = None) -> ImageContext:
+                    orient_by_text: bool = True, keys: PrintedKeys | None = None,
+                    cheap: bool = False) -> ImageContext:
         """The card found in ``upload``; ``orient_by_text`` False skips reading the text (a recompute
         of extractors that do not depend on which way up the card is)."""
         localised = localise_card(upload)
-        ctx = cls(localised.card, lexicon, localised, keys=keys, upload=upload)
+        ctx = cls(localised.card, lexicon, localised, keys=keys, upload=upload, cheap=cheap)
         if not orient_by_text:
             return ctx
         text = ctx.text()
@@ -104,13 +106,14 @@ class ImageContext:
         return ImageContext(turned_card, self.lexicon, replace(
             self.localisation, card=turned_card, quad=(q[2], q[3], q[0], q[1]),
             rotation=(self.localisation.rotation + 180) % 360), keys=self.keys, upload=self.upload,
-            _text=self._text, _parse=self._parse)
+            cheap=self.cheap, _text=self._text, _parse=self._parse)
 
     def text(self) -> CardText:
         """The upload's text, read once: the two ends first, closer only when the catalogue confirms
         nothing read there."""
         if self._text is None:
-            self._text = read_card_text(self.upload if self.upload is not None else self.image, self._confirms)
+            self._text = read_card_text(self.upload if self.upload is not None else self.image, self._confirms,
+                                        cheap=self.cheap)
         return self._text
 
     def _confirms(self, text: CardText) -> bool:

@@ -43,7 +43,7 @@ def _run_chunk(settings: Settings, ids: list[int], writer: str, run_id: str | No
     if _worker_fetcher is None:
         _worker_fetcher = ImageFetcher.from_settings(settings, engine)
     report = run_stage_c(engine, ids, writer=writer, run_id=run_id, fetcher=_worker_fetcher, lexicon=lexicon,
-                         skip_leased=skip_leased)
+                         skip_leased=skip_leased, ocr_pass=settings.ocr_pass)
     return asdict(report)
 
 

@@ -167,7 +167,7 @@ def run_stage_c(engine: sa.Engine, card_ids: Sequence[int] | None, *, writer: st
                 fetcher: ImageFetcher, lexicon: frozenset[str] | None = None, limit: int | None = None,
                 progress: Callable[[int], None] | None = None, should_stop: Callable[[], bool] | None = None,
                 retry_budget: int = DEFAULT_RETRY_BUDGET, fetch_ahead: int = FETCH_AHEAD,
-                on_card: CardNote | None = None, skip_leased: bool = False) -> StageCReport:
+                on_card: CardNote | None = None, skip_leased: bool = False, ocr_pass: str = "full") -> StageCReport:
     """Bring the evidence of ``card_ids`` (None: the whole Stage C backlog, by id) up to date.
 
     Ordinary per-card failures are counted and recorded, never raised. A 403 from an image host
@@ -176,7 +176,8 @@ def run_stage_c(engine: sa.Engine, card_ids: Sequence[int] | None, *, writer: st
     stay in the backlog). ``should_stop`` is asked before every card; no card starts after it says
     stop. Up to ``fetch_ahead`` cards are fetched ahead in a thread while a card computes.
     ``on_card`` is told of each card that failed, was deferred or was left terminal. ``skip_leased``
-    (BULK mode beside streaming) leaves alone every card a live lease holds.
+    (BULK mode beside streaming) leaves alone every card a live lease holds. ``ocr_pass`` is how the
+    text is read (``settings.ocr_pass``).
     """
     if lexicon is None:
         lexicon = known_set_codes(engine)
@@ -198,7 +199,7 @@ def run_stage_c(engine: sa.Engine, card_ids: Sequence[int] | None, *, writer: st
             cards.start(None if limit is None else limit - report.attempted)
             try:
                 _process_card(engine, view, report, writer=writer, run_id=run_id, fetcher=cards,  # type: ignore[arg-type]
-                              lexicon=lexicon, printed=printed, retry_budget=retry_budget, note=note,
+                              lexicon=lexicon, printed=printed, retry_budget=retry_budget, note=note, ocr_pass=ocr_pass,
                               fingerprint=fetcher.settings_fingerprint)
             finally:
                 if progress is not None:
@@ -231,7 +232,7 @@ def _lockout_met_ahead(engine: sa.Engine, view: _CardView, exc: FetchLockout, re
 
 def _process_card(engine: sa.Engine, view: _CardView, report: StageCReport, *, writer: str, run_id: str | None,
                   fetcher: ImageFetcher, lexicon: frozenset[str], printed: PrintedKeys, retry_budget: int,
-                  note: CardNote, fingerprint: str) -> None:
+                  note: CardNote, fingerprint: str, ocr_pass: str = "full") -> None:
     keys: list[str] | None = None
     if view.known_hash is not None:
         with session_scope(engine) as session:
@@ -287,7 +288,7 @@ def _process_card(engine: sa.Engine, view: _CardView, report: StageCReport, *, w
             return
         keys = stale_extractors(row.extractor_versions) if row is not None else None
     result = compute_evidence(content_hash, fetched.data, latency_ms=fetched.latency_ms, keys=keys, lexicon=lexicon,
-                              printed=printed)
+                              printed=printed, ocr_pass=ocr_pass)
     # The host delivered; bytes that do not decode are the upload's own problem, not a host failure.
     outcome = REJECTED if result.terminal else "ok"
     with session_scope(engine) as session:

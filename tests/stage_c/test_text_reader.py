@@ -122,3 +122,14 @@ def test_loading_the_reader_module_loads_no_model() -> None:
              "print(sorted(m for m in ('rapidocr', 'onnxruntime', 'cv2') if m in sys.modules))")
     done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=120, check=True)
     assert done.stdout.strip() == "[]"
+
+
+def test_the_cheap_pass_reads_the_collector_end_with_one_small_look() -> None:
+    """What tests that only need Stage C to have run use: a small copy, three rows, never closer."""
+    p = modern(1)
+    card = render_card(p, Variant(height=900), noise_seed=3)
+    full = compute_evidence("h", png(card), latency_ms=1.0, lexicon=LEXICON).fields
+    cheap = compute_evidence("h", png(card), latency_ms=1.0, lexicon=LEXICON, ocr_pass="cheap")
+    assert cheap.ocr_passes == 1 and cheap.fields["collector_number"] in (p.collector_number, None)
+    assert full["collector_number"] == p.collector_number
+    assert len(cheap.fields["collector_line_raw_text"].splitlines()) <= 2
