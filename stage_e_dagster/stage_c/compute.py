@@ -112,7 +112,8 @@ def compute_evidence(content_hash: str, data: bytes, *, latency_ms: float | None
     result = ExtractionResult(content_hash=content_hash)
     result.timings_ms["decode"] = decode_ms
     ctx = ImageContext.from_upload(decoded.image, lexicon, orient_by_text=not set(wanted) <= ORIENTATION_FREE,
-                                   keys=printed, cheap=ocr_pass == "cheap")
+                                   keys=printed, cheap=ocr_pass == "cheap",
+                                   upload_size=(decoded.width, decoded.height) if decoded.width else None)
     result.timings_ms["localise"] = (time.perf_counter() - started) * 1000 - decode_ms
     for key in wanted:
         if key == "fetch_health":

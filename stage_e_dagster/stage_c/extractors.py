@@ -65,17 +65,18 @@ class ImageContext:
     keys: PrintedKeys | None = None
     upload: Image.Image | None = None
     cheap: bool = False  # the cheap pass of the reader (settings.ocr_pass "cheap")
+    upload_size: tuple[int, int] | None = None  # the upload's own size when it was decoded smaller
     _text: CardText | None = field(default=None, repr=False)
     _parse: LineParse | None = field(default=None, repr=False)
 
     @classmethod
     def from_upload(cls, upload: Image.Image, lexicon: frozenset[str] | None, *,
                     orient_by_text: bool = True, keys: PrintedKeys | None = None,
-                    cheap: bool = False) -> ImageContext:
+                    cheap: bool = False, upload_size: tuple[int, int] | None = None) -> ImageContext:
         """The card found in ``upload``; ``orient_by_text`` False skips reading the text (a recompute
         of extractors that do not depend on which way up the card is)."""
         localised = localise_card(upload)
-        ctx = cls(localised.card, lexicon, localised, keys=keys, upload=upload, cheap=cheap)
+        ctx = cls(localised.card, lexicon, localised, keys=keys, upload=upload, cheap=cheap, upload_size=upload_size)
         if not orient_by_text:
             return ctx
         text = ctx.text()
@@ -106,7 +107,7 @@ class ImageContext:
         return ImageContext(turned_card, self.lexicon, replace(
             self.localisation, card=turned_card, quad=(q[2], q[3], q[0], q[1]),
             rotation=(self.localisation.rotation + 180) % 360), keys=self.keys, upload=self.upload,
-            cheap=self.cheap, _text=self._text, _parse=self._parse)
+            cheap=self.cheap, upload_size=self.upload_size, _text=self._text, _parse=self._parse)
 
     def text(self) -> CardText:
         """The upload's text, read once: the two ends first, closer only when the catalogue confirms
@@ -133,6 +134,8 @@ class ImageContext:
 
     @property
     def source_size(self) -> tuple[int, int]:
+        if self.upload_size is not None:
+            return self.upload_size
         return self.localisation.source_size if self.localisation is not None else self.image.size
 
     @property

@@ -44,9 +44,6 @@ TITLE_BAND = 0.10
 ABOVE_MARGIN = 0.05
 SIDE_MARGIN = 0.06
 MAX_UPSCALE = 4.0
-# The detector's memory grows with the pixels it is given (about 330 bytes a pixel for PP-OCRv6 small):
-# a band is never larger than the first look's copy, which keeps a worker's peak where the first look puts it.
-MAX_BAND_PIXELS = DETECT_SIDE * DETECT_SIDE * 3 // 4
 
 
 @dataclass(frozen=True)
@@ -272,7 +269,7 @@ def _strip(bgr: np.ndarray, frame: "_Frame", top: float, bottom: float, left: fl
     width, height = right - left, bottom - top
     if width < 8 or height < 4:
         return []
-    scale = min(MAX_UPSCALE, CLOSE_SIDE / width, math.sqrt(MAX_BAND_PIXELS / (width * height)))
+    scale = min(MAX_UPSCALE, CLOSE_SIDE / width)
     out_w, out_h = max(8, round(width * scale)), max(8, round(height * scale))
     corners = np.array([frame.point(left, top), frame.point(right, top), frame.point(right, bottom),
                         frame.point(left, bottom)], dtype=np.float32)
