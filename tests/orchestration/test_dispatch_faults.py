@@ -322,6 +322,37 @@ def test_a_stale_hold_beside_a_release_never_leaves_the_pool_at_0_without_a_hold
     assert pool_limit(pipeline.instance) == 2
 
 
+def test_a_crash_between_the_pool_write_and_the_hold_commit_never_strands_the_pool(
+    pipeline: Pipeline, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Issue 31 item 3: the code server dies right after it set the pool to 0. The hold row must already
+    be committed, so the 0 is never recorded as the limit to give back, nor kept as an operator's."""
+    pipeline.tick("card_created_sensor")
+    assert pool_limit(pipeline.instance) == 2
+    with session_scope(pipeline.engine) as session:
+        trip_id = open_trip(session, "manual", {"note": "maintenance"}).trip_id
+    storage = pipeline.instance.event_log_storage
+    real = storage.set_concurrency_slots
+
+    def write_then_die(pool: str, limit: int) -> None:
+        real(pool, limit)
+        raise SystemExit("code server killed after the pool write")
+
+    monkeypatch.setattr(storage, "set_concurrency_slots", write_then_die)
+    with pytest.raises(SystemExit):
+        hold_dispatch(pipeline.instance, pipeline.engine, trip_id=trip_id, reason="trip")
+    monkeypatch.setattr(storage, "set_concurrency_slots", real)
+    assert pool_limit(pipeline.instance) == 0
+    pipeline.tick("card_created_sensor")  # the restarted code server's tick holds again
+    assert pool_limit(pipeline.instance) == 0
+    with session_scope(pipeline.engine) as session:
+        acknowledge_trip(session, trip_id, note="done", by="ops")
+    pipeline.tick("card_created_sensor")
+    assert pool_limit(pipeline.instance) == 2, "the ack restored this project's own 0 as the pool's limit"
+    pipeline.tick("card_created_sensor")
+    assert pool_limit(pipeline.instance) == 2
+
+
 def test_a_canceling_dispatch_run_counts_as_active(pipeline: Pipeline) -> None:
     request = pipeline.tick("card_created_sensor").run_requests[0]
     run = _dispatch_run(pipeline.instance, request.partition_key)
