@@ -17,7 +17,7 @@ from ..catalog.engine import session_scope
 from ..catalog.models import MicroBatch, PoolControl
 from ..dispatch.batches import IN_FLIGHT
 from ..dispatch.claims import unclaimed_card_ids
-from ..dispatch.governing import Steering, steer
+from ..dispatch.governing import Steering, pool_control, steer
 from ..envelope.governor import Governed
 from ..envelope.signals import CpuPressure, PressureSource, read_contention
 from ..settings import Settings
@@ -63,15 +63,30 @@ def steer_by_contention(
     cap = settings.max_concurrent_dispatches
     source = pressure if pressure is not None else CpuPressure(settings.cpu_pressure_file)
     with session_scope(engine) as session:
-        control = session.get(PoolControl, DISPATCH_POOL)
-        recent = control is not None and control.governed_at is not None and now - control.governed_at < STEER_EVERY
-        if recent and control.governed_limit is not None:
-            standing = Governed(min(control.governed_limit, cap), control.over_hard_since, False, "")
-            return Steering(standing, changed=False, trip_id=None)
-        contention = read_contention(source, own_running=own_running)
-        if contention is None:  # neither PSI nor a load average on this platform: nothing to steer by
-            return Steering(Governed(cap, None, False, "no contention reading"), changed=False, trip_id=None)
+        # Unlocked first: most ticks of a pass find a recent decision and neither sample nor lock.
+        standing = _recent_decision(session.get(PoolControl, DISPATCH_POOL), cap=cap, now=now)
+    if standing is not None:
+        return standing
+    contention = read_contention(source, own_running=own_running)
+    if contention is None:  # neither PSI nor a load average on this platform: nothing to steer by
+        return Steering(Governed(cap, None, False, "no contention reading"), changed=False, trip_id=None)
+    with session_scope(engine) as session:
+        # Again under the row lock: threaded sensors (or two daemons) that passed the unlocked probe
+        # together must take one step per pass, not one each.
+        standing = _recent_decision(pool_control(session, DISPATCH_POOL), cap=cap, now=now)
+        if standing is not None:
+            return standing
         return steer(session, settings, pool=DISPATCH_POOL, contention=contention, cap=cap, now=now)
+
+
+def _recent_decision(control: PoolControl | None, *, cap: int, now: datetime) -> Steering | None:
+    """The standing decision when one was taken less than ``STEER_EVERY`` ago, else ``None``."""
+    if control is None or control.governed_at is None or control.governed_limit is None:
+        return None
+    if now - control.governed_at >= STEER_EVERY:
+        return None
+    standing = Governed(min(control.governed_limit, cap), control.over_hard_since, False, "")
+    return Steering(standing, changed=False, trip_id=None)
 
 
 def governor_observation(steering: Steering) -> AssetObservation:
