@@ -34,7 +34,10 @@ RECONCILE_LIMIT = 100
 
 @dataclass
 class Reconciled:
-    requests: list[MicroBatch] = field(default_factory=list)
+    """What a pass found. ``due`` holds the batches to request, as read and not yet marked: the tick
+    marks (``request_due``) only as many as it emits, once it knows it emits any."""
+
+    due: list[MicroBatch] = field(default_factory=list)
     observations: list[AssetObservation] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
 
@@ -77,7 +80,7 @@ def _backfill_launching(instance: DagsterInstance, backfill_id: str, seen: dict[
 
 
 def reconcile(instance: DagsterInstance, engine: sa.Engine, settings: Settings, *, now: datetime) -> Reconciled:
-    """One bounded pass over the batches in flight; returns the batches to request now."""
+    """One bounded pass over the batches in flight: renew, settle; returns the batches due a request."""
     done = Reconciled()
     batches = _due_batches(engine, settings, now)
     runs = _runs_by_batch(instance, [b.batch_key for b in batches])
@@ -95,7 +98,7 @@ def reconcile(instance: DagsterInstance, engine: sa.Engine, settings: Settings, 
             settled = settled or end.recorded
             if end.note:
                 done.notes.append(end.note)
-            _request_retry(engine, settings, end.retry_key, now, done)
+            _request_retry(engine, end.retry_key, done)
         if settled:
             continue
         if batch.status == "running":
@@ -112,7 +115,7 @@ def reconcile(instance: DagsterInstance, engine: sa.Engine, settings: Settings, 
                     )
                 if lost.recorded:
                     done.notes.append(f"{batch.batch_key}: lease expired with no run going")
-                    _request_retry(engine, settings, lost.retry.batch_key if lost.retry else None, now, done)
+                    _request_retry(engine, lost.retry.batch_key if lost.retry else None, done)
             continue
         owned_by_sweep = batch.trigger_reason == SWEEP_TRIGGER and batch.backfill_id and batch.attempt == 1
         if owned_by_sweep and not ended and _backfill_launching(instance, batch.backfill_id, backfills):
@@ -122,7 +125,7 @@ def reconcile(instance: DagsterInstance, engine: sa.Engine, settings: Settings, 
             batch.requested_at is None or batch.requested_at < now - REQUEST_GRACE or bool(ended) or owned_by_sweep
         )
         if needs_request:
-            _request(engine, settings, batch, now, done)
+            done.due.append(batch)
     return done
 
 
@@ -133,20 +136,26 @@ def _renew(engine: sa.Engine, batch: MicroBatch, *, until: datetime, now: dateti
             renew_lease(session, batch.batch_key, until=until, now=now)
 
 
-def _request(engine: sa.Engine, settings: Settings, seen: MicroBatch, now: datetime, done: Reconciled) -> None:
-    """Request the batch as this tick saw it; another evaluator that requested it first wins."""
-    with session_scope(engine) as session:
-        again = request_again(session, seen, now=now, claim_ttl_s=settings.claim_ttl_s)
-    if again is not None:
-        done.requests.append(again)
-
-
-def _request_retry(
-    engine: sa.Engine, settings: Settings, retry_key: str | None, now: datetime, done: Reconciled
-) -> None:
-    """A retry made while reconciling is requested in the same tick."""
+def _request_retry(engine: sa.Engine, retry_key: str | None, done: Reconciled) -> None:
+    """A retry made while reconciling is due a request in the same tick."""
     if retry_key is not None:
         with session_scope(engine) as session:
             seen = session.get(MicroBatch, retry_key)
         if seen is not None:
-            _request(engine, settings, seen, now, done)
+            done.due.append(seen)
+
+
+def request_due(
+    engine: sa.Engine, settings: Settings, due: list[MicroBatch], *, now: datetime, limit: int
+) -> list[MicroBatch]:
+    """Mark requested, in order, up to ``limit`` of the batches due: the ones the tick is about to emit.
+    Each is a compare-and-set on the row as read; another evaluator that requested it first wins it."""
+    requested: list[MicroBatch] = []
+    for seen in due:
+        if len(requested) >= limit:
+            break
+        with session_scope(engine) as session:
+            again = request_again(session, seen, now=now, claim_ttl_s=settings.claim_ttl_s)
+        if again is not None:
+            requested.append(again)
+    return requested

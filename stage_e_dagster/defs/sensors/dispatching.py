@@ -34,7 +34,7 @@ from ..governor import (
 )
 from ..hold import active_dispatch_runs, apply_pool_setting, hold_dispatch, release_hold
 from ..partitions import micro_batches
-from ..reconcile import Reconciled, reconcile
+from ..reconcile import Reconciled, reconcile, request_due
 from ..resources import StageEResource
 from ..sensor_context import sensor_instance
 from ..tags import dispatch_tags
@@ -98,10 +98,9 @@ def dispatch_tick(
         if allowed:
             notes.append(f"settings changed: {allowed} card(s) waiting on configuration back in the Stage C backlog")
         done = reconcile(instance, engine, settings, now=now)
-    requeue = done.requests[:MAX_BATCHES_PER_TICK]
     active = active_dispatch_runs(instance)
     governed = standing_limit(engine, settings.max_concurrent_dispatches)
-    if requeue or has_unclaimed(engine, predicate, now=now) or has_batch_in_flight(engine):
+    if done.due or has_unclaimed(engine, predicate, now=now) or has_batch_in_flight(engine):
         own_running = sum(1 for run in active if run.status in RUNNING)
         steering = steer_by_contention(engine, settings, own_running=own_running, now=now)
         if steering.trip_id is not None:  # what reconciling settled still goes in the ledger
@@ -114,6 +113,9 @@ def dispatch_tick(
             notes.append(steering.governed.reason)
             done.observations.append(governor_observation(steering))
         governed = steering.governed.limit
+    # Marked requested only now that this tick emits them, and no more than it emits: a batch marked
+    # and left out waits REQUEST_GRACE before it is requested again.
+    requeue = request_due(engine, settings, done.due, now=now, limit=MAX_BATCHES_PER_TICK)
     # The pool follows the governed concurrency, so the backfill daemon starts a sweep's runs under it too.
     pool_cap = apply_pool_setting(instance, engine, governed)
     cap = min(pool_cap, governed) if pool_cap is not None else governed
