@@ -122,7 +122,9 @@ def settle_run_end(engine: sa.Engine, instance: DagsterInstance, settings: Setti
         except LookupError:
             return RunEnd()
         held = batch.status == "running" and batch.run_id == run.run_id
-        timed_out = max_runtime_exceeded(instance, run.run_id) if run.status == DagsterRunStatus.CANCELED else None
+        # Whatever status the run ended in (the monitor's failure, or the worker's cancel written first):
+        # a stop for the max runtime spends an attempt.
+        timed_out = max_runtime_exceeded(instance, run.run_id) if run.status != DagsterRunStatus.SUCCESS else None
         if refused == REFUSED_GATE or (run.status == DagsterRunStatus.CANCELED and timed_out is None):
             reason = (
                 f"refused: {run.tags.get(REFUSED_REASON_TAG, 'the gate was closed')}"
@@ -142,7 +144,8 @@ def settle_run_end(engine: sa.Engine, instance: DagsterInstance, settings: Setti
         else:
             reason = timed_out or failure_reason_of(instance, run.run_id)
             alive = _last_sign_of_life(batch.started_at, batch.progress_at) if held else None
-            if alive is not None and now - alive < ALIVE_WITHIN and may_be_a_live_worker(instance, run.run_id):
+            if (timed_out is None and alive is not None and now - alive < ALIVE_WITHIN
+                    and may_be_a_live_worker(instance, run.run_id)):
                 ago = (now - alive).total_seconds()
                 return RunEnd(note=f"run {run.run_id[:8]} of {key} reported failed ({reason[:160]}), but it "
                                    f"showed progress {ago:.0f} s ago: its batch stays its own")

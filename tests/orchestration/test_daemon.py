@@ -23,12 +23,14 @@ from dagster import DagsterEventType, DagsterInstance, DagsterRunStatus, RunsFil
 from dagster._core.instance.ref import InstanceRef
 
 from stage_e_dagster.catalog.engine import make_engine, session_scope
-from stage_e_dagster.catalog.models import Card, ImageEvidence, MicroBatch, PrintingVote
+from stage_e_dagster.catalog.models import Card, CardClaim, ImageEvidence, MicroBatch, PrintingVote
 from stage_e_dagster.corpus.seed import seed_corpus
 from stage_e_dagster.defs.dagster_internals import backfill_status
 from stage_e_dagster.defs.instance import EMBEDDED_INSTANCE_YAML, PROJECT_ROOT, WORKSPACE_YAML
 from stage_e_dagster.defs.ledger import ledger_entries
+from stage_e_dagster.defs.max_runtime import max_runtime_exceeded
 from stage_e_dagster.defs.run_ends import runs_in_progress
+from stage_e_dagster.dispatch.batches import PARKED_KEY
 from stage_e_dagster.process_groups import reset_signals, stop_group
 from tests.conftest import create_pg_database, drop_pg_database
 
@@ -400,3 +402,67 @@ def test_a_trip_holds_a_sweeps_queued_runs_every_tick_and_they_run_after_the_ack
     finally:
         stack.stop()
         stack.engine.dispose()
+
+
+def test_a_run_the_live_run_monitor_stops_for_its_max_runtime_spends_an_attempt(
+    corpus_template: Path, tmp_path: Path
+) -> None:
+    """Issue 31 item 5: the run monitor cancels a run past its ``dagster/max_runtime``, then the launcher
+    writes a newer generic cancel, the monitor a failure and the interrupted worker its own events.
+    Read from that real sequence, the stop is a timeout that spends an attempt (here the only one, so
+    the hanging card is parked), never a person's cancel that puts the card straight back."""
+    server = ImageServer(corpus_template / "corpus")
+    server.delay_s = 10  # the one card's image hangs past the run's max runtime
+    yaml = tmp_path / "dagster.yaml"
+    yaml.write_text(EMBEDDED_INSTANCE_YAML.read_text().replace("poll_interval_seconds: 5", "poll_interval_seconds: 1"))
+    shutil.copy(corpus_template / "catalog.sqlite", tmp_path / "catalog.sqlite")
+    stack = Stack(tmp_path, f"sqlite:///{tmp_path / 'catalog.sqlite'}", corpus_template / "corpus",
+                  instance_yaml=yaml,
+                  extra_env={"STAGE_E_MICRO_BATCH_SIZE": "1", "STAGE_E_MAX_CONCURRENT_DISPATCHES": "1",
+                             "STAGE_E_RUN_MAX_RUNTIME_S": "4", "STAGE_E_FETCH_TIMEOUT_S": "60",
+                             "STAGE_E_MAX_BATCH_ATTEMPTS": "1"})
+    try:
+        serve_over_http(stack.engine, server)
+        with stack.engine.begin() as conn:  # one card waits; the rest are done
+            first = conn.execute(sa.select(sa.func.min(Card.id))).scalar_one()
+            conn.execute(sa.update(Card).where(Card.id != first).values(stage_c_pending=False, stage_d_pending=False))
+        stack.start()
+        instance = stack.instance()
+        run: dict[str, str] = {}
+
+        def worker_exited() -> bool:
+            """The run's whole sequence is written: its worker logged its exit after the interrupt."""
+            with session_scope(stack.engine) as session:
+                run_id = session.execute(sa.select(MicroBatch.run_id).where(MicroBatch.run_id.is_not(None))).scalar()
+            if run_id is None:
+                return False
+            run["id"] = run_id
+            engine_events = instance.get_records_for_run(run_id, of_type=DagsterEventType.ENGINE_EVENT).records
+            return any("Process for run exited" in (r.event_log_entry.message or "") for r in engine_events)
+
+        stack.wait_until(worker_exited, timeout_s=180, what="the run past its max runtime to be stopped")
+        records = instance.get_records_for_run(run["id"]).records
+        sequence = [r.event_log_entry.dagster_event.event_type_value for r in records
+                    if r.event_log_entry.dagster_event is not None]
+        assert sequence.count("PIPELINE_CANCELING") >= 1, sequence
+        assert max_runtime_exceeded(instance, run["id"]) is not None, (
+            f"Dagster's sequence {sequence[-5:]} read as a person's cancel"
+        )
+
+        def settled() -> bool:
+            with session_scope(stack.engine) as session:
+                return session.execute(sa.select(MicroBatch).where(MicroBatch.status.in_(("failed", "abandoned")))
+                                       ).first() is not None
+
+        stack.wait_until(settled, timeout_s=60, what="the stopped run to be settled")
+        with session_scope(stack.engine) as session:
+            [batch] = session.execute(sa.select(MicroBatch)).scalars().all()
+            status, reason = batch.status, batch.failure_reason
+            parked = session.execute(sa.select(CardClaim.card_id).where(CardClaim.batch_key == PARKED_KEY)
+                                     ).scalars().all()
+        assert (status, parked) == ("failed", [first]), f"settled {status} ({reason}), parked {parked}"
+        assert (reason or "").startswith("run exceeded its max runtime"), reason
+    finally:
+        stack.stop()
+        stack.engine.dispose()
+        server.close()
