@@ -102,6 +102,7 @@ class Settings:
     max_batch_attempts: int = 3
     run_max_runtime_s: int = 1800
     retention_days: int = 7
+    abandoned_grace_s: int = 60  # how long an abandoned batch keeps its partition before retention may delete it
 
     @property
     def cpu_pressure_soft_bar(self) -> float:
@@ -211,6 +212,7 @@ def load_settings(environ: Mapping[str, str] | None = None) -> Settings:
         max_batch_attempts=number("STAGE_E_MAX_BATCH_ATTEMPTS", int, defaults.max_batch_attempts, 1),
         run_max_runtime_s=number("STAGE_E_RUN_MAX_RUNTIME_S", int, defaults.run_max_runtime_s, 1),
         retention_days=number("STAGE_E_RETENTION_DAYS", int, defaults.retention_days, 1),
+        abandoned_grace_s=number("STAGE_E_ABANDONED_GRACE_S", int, defaults.abandoned_grace_s, 1),
     )
     if settings.cpu_pressure_soft_bar > settings.cpu_pressure_ceiling:
         raise SettingsError(

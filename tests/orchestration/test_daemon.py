@@ -466,3 +466,55 @@ def test_a_run_the_live_run_monitor_stops_for_its_max_runtime_spends_an_attempt(
         stack.stop()
         stack.engine.dispose()
         server.close()
+
+
+def test_a_sweep_outlives_a_trip_longer_than_its_claim_lease_and_the_retention_grace(
+    sqlite_template: Path, tmp_path: Path
+) -> None:
+    """Issue 31 item 2: a trip during a sweep of 100 cards that outlasts the claim lease and the grace
+    after which retention deletes an abandoned batch's partition (both shortened here; in the drill a
+    10-minute trip). Retention must not delete a partition the unfinished backfill still targets (the
+    backfill daemon would fail the backfill and cancel its queued runs): after the ack the backfill
+    reads COMPLETED_SUCCESS, every card has evidence, and no run was cancelled."""
+    shutil.copy(sqlite_template, tmp_path / "catalog.sqlite")
+    url = f"sqlite:///{tmp_path / 'catalog.sqlite'}"
+    engine = make_engine(url)
+    seed_corpus(engine, tmp_path / "corpus", cards=100, seed=31)
+    engine.dispose()
+    stack = Stack(tmp_path, url, tmp_path / "corpus",
+                  extra_env={"STAGE_E_MICRO_BATCH_SIZE": "5", "STAGE_E_MAX_CONCURRENT_DISPATCHES": "2",
+                             "STAGE_E_CLAIM_TTL_S": "10", "STAGE_E_ABANDONED_GRACE_S": "1"})
+    try:
+        cards = stack.counts()["cards"]
+        assert cards >= 100
+        assert stack.stage_e("sweep").returncode == 0
+        with session_scope(stack.engine) as session:
+            [backfill_id] = session.execute(sa.select(MicroBatch.backfill_id).distinct()).scalars().all()
+        stack.start()
+        instance = stack.instance()
+        dispatch = {"stage_e/dispatch": "micro-batch"}
+        count = lambda *statuses: instance.get_runs_count(RunsFilter(tags=dispatch, statuses=list(statuses)))  # noqa: E731
+        stack.wait_until(lambda: count(DagsterRunStatus.SUCCESS) >= 1 and count(DagsterRunStatus.QUEUED) >= 2,
+                         timeout_s=180, what="a finished sweep run with more queued behind it")
+        opened = stack.stage_e("trips", "open", "--note", "a long trip during the sweep")
+        assert opened.returncode == 0, opened.stderr
+        trip_id = opened.stdout.split()[1]
+        # Longer than the claim lease (10 s), the grace (1 s) and a retention tick (every 60 s).
+        time.sleep(75)
+        with session_scope(stack.engine) as session:
+            abandoned = session.execute(sa.select(sa.func.count()).select_from(MicroBatch)
+                                        .where(MicroBatch.status == "abandoned")).scalar_one()
+        print(f"\nduring the trip: {abandoned} abandoned batch(es); backfill {backfill_status(instance, backfill_id)}")
+        acked = stack.stage_e("trips", "ack", trip_id, "--note", "trip over")
+        assert acked.returncode == 0, acked.stderr
+        stack.wait_until(
+            lambda: stack.idle() and (backfill_status(instance, backfill_id) or "").startswith(("COMPLETED", "FAILED")),
+            timeout_s=400, what="every card processed and the backfill finished after the ack",
+        )
+        assert backfill_status(instance, backfill_id) == "COMPLETED_SUCCESS"
+        assert stack.counts()["evidence_cards"] == cards
+        assert count(DagsterRunStatus.CANCELED) == 0, "a run was cancelled"
+        assert_no_duplicates(stack.engine)
+    finally:
+        stack.stop()
+        stack.engine.dispose()
