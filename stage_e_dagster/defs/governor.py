@@ -13,7 +13,7 @@ from datetime import datetime, timedelta
 import sqlalchemy as sa
 from dagster import AssetKey, AssetObservation
 
-from ..catalog.engine import session_scope
+from ..catalog.engine import read_scope, session_scope
 from ..catalog.models import MicroBatch, PoolControl
 from ..dispatch.batches import IN_FLIGHT
 from ..dispatch.claims import unclaimed_card_ids
@@ -28,14 +28,14 @@ STEER_EVERY = timedelta(seconds=5)
 
 def has_unclaimed(engine: sa.Engine, predicate: sa.ColumnElement[bool], *, now: datetime) -> bool:
     """Is any card of this backlog waiting for a batch? One index probe."""
-    with session_scope(engine) as session:
+    with read_scope(engine) as session:
         return bool(unclaimed_card_ids(session, predicate, now=now, limit=1))
 
 
 def has_batch_in_flight(engine: sa.Engine) -> bool:
     """Is any batch waiting for its run or running? A sweep claims every card it batches, so while its
     backfill runs nothing is unclaimed, yet its runs load the host. One probe of the status index."""
-    with session_scope(engine) as session:
+    with read_scope(engine) as session:
         probe = sa.select(MicroBatch.batch_key).where(MicroBatch.status.in_(IN_FLIGHT)).limit(1)
         return session.execute(probe).first() is not None
 

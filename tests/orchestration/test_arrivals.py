@@ -129,3 +129,23 @@ def test_with_every_slot_running_an_idle_tick_does_not_watch(idle: Pipeline, mon
     idle.instance.report_run_failed(runs[0])  # one slot frees: the tick watches again
     idle.tick("card_created_sensor")
     assert len(watched) == 1
+
+
+def test_the_watchs_probe_reads_beside_a_writer_without_taking_sqlites_write_lock(idle: Pipeline) -> None:
+    """Issue 31 item 8: a probe every quarter second must not queue behind (or hold up) another
+    process's write transaction on SQLite: it reads under WAL with a deferred BEGIN."""
+    from stage_e_dagster.catalog.backlog import STAGE_C_PENDING
+    from stage_e_dagster.dispatch.arrivals import wait_for_unclaimed
+
+    found: list[bool] = []
+    with idle.engine.connect() as writer:
+        writer.begin()  # BEGIN IMMEDIATE: the write lock, held
+        writer.execute(sa.update(Card).where(Card.id == -1).values(stage_c_pending=True))
+        probe = threading.Thread(target=lambda: found.append(
+            wait_for_unclaimed(idle.engine, STAGE_C_PENDING, until=time.monotonic() + 0.5)))
+        probe.start()
+        probe.join(timeout=20)  # the write lock's busy timeout is 30 s
+        alive = probe.is_alive()
+        writer.rollback()
+    probe.join()
+    assert not alive and found == [False], "the read-only probe waited for the write lock"

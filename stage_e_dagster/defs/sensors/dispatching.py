@@ -32,7 +32,7 @@ from ..governor import (
     standing_limit,
     steer_by_contention,
 )
-from ..hold import active_dispatch_runs, apply_pool_setting, hold_dispatch, release_hold
+from ..hold import active_dispatch_runs, apply_pool_setting, hold_dispatch, pool_limit, release_hold
 from ..partitions import micro_batches
 from ..reconcile import Reconciled, reconcile, request_due
 from ..resources import StageEResource
@@ -128,6 +128,7 @@ def dispatch_tick(
     # so a tick never outlasts the daemon's pass because reconciling was slow.
     slot_free = in_flight + len(requeue) < cap
     watch_until = started + (settings.arrival_wait_s if wait_for_arrivals and slot_free else 0.0)
+    watched = False
     while True:
         with session_scope(engine) as session:
             plan = plan_for_tick(
@@ -145,10 +146,14 @@ def dispatch_tick(
                 seeds_after=cursor if use_cursor else None,
             )
         # Idle with free slots: watch for the next card until the watch ends, then batch it in this tick.
-        if fresh.batches or requeue or plan.max_batches == 0 or time.monotonic() >= watch_until:
+        # A watch whose card could not be claimed (another selector won it, or on PostgreSQL another
+        # transaction holds its row and SKIP LOCKED passes it by) ends there: probing again would find
+        # the same row every POLL_S until the watch ran out.
+        if fresh.batches or requeue or plan.max_batches == 0 or watched or time.monotonic() >= watch_until:
             break
         if not wait_for_unclaimed(engine, predicate, until=watch_until):
             break
+        watched = True
         now = utcnow()
         with session_scope(engine) as session:
             verdict = check_gate(session, settings)
@@ -157,6 +162,12 @@ def dispatch_tick(
                 context.log.info("; ".join(notes + done.notes))
             return SensorResult(skip_reason=verdict.reason, asset_events=done.observations,
                                 cursor=context.cursor if use_cursor else None)
+        # Runs started or ended while the tick watched: plan the card with the runs and slots of now.
+        active = active_dispatch_runs(instance)
+        in_flight = len(active)
+        pool_cap = pool_limit(instance)
+        cap = min(pool_cap, governed) if pool_cap is not None else governed
+        queue_ahead = pool_cap is not None and cap == pool_cap
     new_cursor = str(max(cursor, fresh.highest_seed_id or 0)) if use_cursor else None
     batches = requeue + fresh.batches
     notes += done.notes
