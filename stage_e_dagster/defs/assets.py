@@ -7,6 +7,7 @@ import sqlalchemy as sa
 from dagster import AssetCheckResult, AssetExecutionContext, MaterializeResult, asset
 
 from ..catalog.engine import session_scope
+from ..dispatch.batch_rows import CODE_VERSION, refused_row, stage_c_row, stage_d_row
 from ..dispatch.batches import get_batch
 from ..dispatch.conveyor import (
     REFUSED_GATE,
@@ -19,7 +20,6 @@ from ..dispatch.conveyor import (
     run_batch_stage_d,
     start_batch,
 )
-from ..dispatch.ledger import CODE_VERSION, refused_row, stage_c_row, stage_d_row
 from ..envelope.signals import peak_rss_mb
 from ..envelope.trips import trip_opened_by_run
 from .checks import stage_c_batch_check, stage_c_batch_clean_spec

@@ -20,7 +20,7 @@ from ..catalog.base import utcnow
 from ..catalog.engine import session_scope
 from ..catalog.models import EnvelopeTrip, PoolControl
 from ..dispatch.batches import abandon
-from ..dispatch.governing import pool_control
+from ..dispatch.steering import pool_control
 from .tags import BACKFILL_TAG, DISPATCH_POOL, DISPATCH_TAG, PARTITION_TAG
 
 ACTIVE_STATUSES = [

@@ -16,8 +16,8 @@ from dagster import AssetObservation, DagsterInstance, DagsterRun, RunsFilter
 
 from ..catalog.engine import session_scope
 from ..catalog.models import MicroBatch
+from ..dispatch.backlog_walk import SWEEP_TRIGGER
 from ..dispatch.batches import fail_and_retry, lease_renewal_due, renew_lease, request_again
-from ..dispatch.sweep import SWEEP_TRIGGER
 from ..settings import Settings
 from .dagster_internals import backfill_is_requested
 from .hold import ACTIVE_STATUSES

@@ -14,8 +14,8 @@ from typing import Callable
 
 from sqlalchemy.orm import Session
 
+from .batch_rows import failure_row
 from .batches import abandon, fail_and_retry, forget_request, get_batch
-from .ledger import failure_row
 from .outbox import add_entry
 
 # A run that failed before it took its batch (the queue could not launch it: a code server restarting

@@ -23,7 +23,7 @@ from stage_e_dagster.catalog.base import utcnow
 from stage_e_dagster.catalog.engine import session_scope
 from stage_e_dagster.catalog.models import Card, CardClaim, EnvelopeTrip, PoolControl
 from stage_e_dagster.definitions import defs
-from stage_e_dagster.defs.governor import steer_by_contention
+from stage_e_dagster.defs.contention import steer_by_contention
 from stage_e_dagster.defs.hold import pool_limit
 from stage_e_dagster.defs.sweep import launch_sweep
 from stage_e_dagster.defs.tags import DISPATCH_POOL, dispatch_tags
@@ -261,7 +261,7 @@ def test_two_threaded_steers_in_one_pass_on_postgresql_halve_once(
     settings = load_settings()
     with session_scope(pg_engine) as session:
         session.add(PoolControl(pool=DISPATCH_POOL, governed_limit=4, governed_at=utcnow() - timedelta(seconds=60)))
-    import stage_e_dagster.defs.governor as governor
+    import stage_e_dagster.defs.contention as governor
 
     real_read, both_sampled = governor.read_contention, threading.Barrier(2)
 

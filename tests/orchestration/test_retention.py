@@ -19,7 +19,7 @@ from stage_e_dagster.defs import retention as batch_retention
 from stage_e_dagster.defs.ledger import ledger_entries
 from stage_e_dagster.defs.resources import StageEResource
 from stage_e_dagster.defs.sensors import retention as sensor_module
-from stage_e_dagster.dispatch.ledger import STAGE_C_FIELDS, STAGE_D_FIELDS, failure_row
+from stage_e_dagster.dispatch.batch_rows import STAGE_C_FIELDS, STAGE_D_FIELDS, failure_row
 from stage_e_dagster.envelope.fetch_window import record_fetch_outcome
 from stage_e_dagster.settings import SettingsError, load_settings
 

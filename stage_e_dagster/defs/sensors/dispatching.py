@@ -25,7 +25,7 @@ from ...dispatch.guard import FLAG_OFF, check_gate
 from ...dispatch.sizing import MAX_BATCHES_PER_TICK, plan_for_tick
 from ...settings import Settings, settings_fingerprint
 from ...stage_c.rollout import rollout_step
-from ..governor import (
+from ..contention import (
     governor_observation,
     has_batch_in_flight,
     has_unclaimed,

@@ -17,7 +17,7 @@ from ..catalog.engine import read_scope, session_scope
 from ..catalog.models import MicroBatch, PoolControl
 from ..dispatch.batches import IN_FLIGHT
 from ..dispatch.claims import unclaimed_card_ids
-from ..dispatch.governing import Steering, pool_control, steer
+from ..dispatch.steering import Steering, pool_control, steer
 from ..envelope.governor import Governed
 from ..envelope.signals import CpuPressure, PressureSource, read_contention
 from ..settings import Settings
