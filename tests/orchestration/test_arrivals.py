@@ -149,3 +149,33 @@ def test_the_watchs_probe_reads_beside_a_writer_without_taking_sqlites_write_loc
         writer.rollback()
     probe.join()
     assert not alive and found == [False], "the read-only probe waited for the write lock"
+
+
+def test_a_card_landing_after_the_last_slot_filled_during_the_watch_is_left_for_the_queue(
+    idle: Pipeline, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Issue 31 item 8: the tick plans the card that landed with the runs going now, not with those it
+    read before it started watching: a run that took the last slot meanwhile leaves no room for it."""
+    monkeypatch.setenv("STAGE_E_ARRIVAL_WAIT_S", "4")
+    monkeypatch.setenv("STAGE_E_MICRO_BATCH_SIZE", "1")  # slots are the cap less the runs going
+    tags = dispatch_tags(load_settings(), trigger_reason="card-created")
+
+    def started_run() -> None:
+        idle.instance.add_run(DagsterRun(job_name="stage_e_dispatch", run_id=str(uuid.uuid4()),
+                                         status=DagsterRunStatus.STARTED, tags=tags))
+
+    started_run()  # one of the cap's two slots: the idle tick watches
+    with idle.engine.connect() as conn:
+        locator = conn.execute(sa.select(Card.image_locator).order_by(Card.id).limit(1)).scalar_one()
+
+    def fill_then_land() -> None:
+        time.sleep(0.5)
+        started_run()  # the last slot fills while the tick watches
+        insert_cards(idle.engine, 1, prefix="arrival", locator=locator)
+
+    thread = threading.Thread(target=fill_then_land)
+    thread.start()
+    result = idle.tick("card_created_sensor")
+    thread.join()
+    assert not getattr(result, "run_requests", None), "the tick batched a card for a slot that was taken"
+    assert "2 dispatch run(s) queued or going" in skip_text(result)
