@@ -339,6 +339,24 @@ def test_postgres_catalogue_and_dagster_instance(tmp_path: Path, corpus_template
         drop_pg_database(dagster_url)
 
 
+def sweep_under_way(stack: Stack) -> tuple[DagsterInstance, str, Callable[..., int]]:
+    """Launch a sweep, start the daemon and wait for a finished sweep run with more queued behind it;
+    returns the instance, the backfill's id and a count of dispatch runs by status."""
+    assert stack.stage_e("sweep").returncode == 0
+    with session_scope(stack.engine) as session:
+        [backfill_id] = session.execute(sa.select(MicroBatch.backfill_id).distinct()).scalars().all()
+    stack.start()
+    instance = stack.instance()
+    dispatch = {"stage_e/dispatch": "micro-batch"}
+
+    def count(*statuses: DagsterRunStatus) -> int:
+        return instance.get_runs_count(RunsFilter(tags=dispatch, statuses=list(statuses)))
+
+    stack.wait_until(lambda: count(DagsterRunStatus.SUCCESS) >= 1 and count(DagsterRunStatus.QUEUED) >= 2,
+                     timeout_s=180, what="a finished run with more queued behind it")
+    return instance, backfill_id, count
+
+
 def test_a_trip_holds_a_sweeps_queued_runs_every_tick_and_they_run_after_the_ack(
     corpus_template: Path, tmp_path: Path
 ) -> None:
@@ -347,18 +365,7 @@ def test_a_trip_holds_a_sweeps_queued_runs_every_tick_and_they_run_after_the_ack
     stack = sqlite_stack_for(corpus_template, tmp_path, batch_size=1, cap=1)
     try:
         cards = stack.counts()["cards"]
-        assert stack.stage_e("sweep").returncode == 0  # one backfill: a queue of one-card runs
-        with session_scope(stack.engine) as session:
-            [backfill_id] = session.execute(sa.select(MicroBatch.backfill_id).distinct()).scalars().all()
-        stack.start()
-        instance = stack.instance()
-        dispatch = {"stage_e/dispatch": "micro-batch"}
-        count = lambda *statuses: instance.get_runs_count(RunsFilter(tags=dispatch, statuses=list(statuses)))  # noqa: E731
-        stack.wait_until(
-            lambda: count(DagsterRunStatus.SUCCESS) >= 1 and count(DagsterRunStatus.QUEUED) >= 2,
-            timeout_s=180,
-            what="a finished run with more queued behind it",
-        )
+        instance, backfill_id, count = sweep_under_way(stack)  # one backfill: a queue of one-card runs
         opened = stack.stage_e("trips", "open", "--note", "maintenance window")
         assert opened.returncode == 0, opened.stderr
         trip_id = opened.stdout.split()[1]
@@ -487,15 +494,7 @@ def test_a_sweep_outlives_a_trip_longer_than_its_claim_lease_and_the_retention_g
     try:
         cards = stack.counts()["cards"]
         assert cards >= 100
-        assert stack.stage_e("sweep").returncode == 0
-        with session_scope(stack.engine) as session:
-            [backfill_id] = session.execute(sa.select(MicroBatch.backfill_id).distinct()).scalars().all()
-        stack.start()
-        instance = stack.instance()
-        dispatch = {"stage_e/dispatch": "micro-batch"}
-        count = lambda *statuses: instance.get_runs_count(RunsFilter(tags=dispatch, statuses=list(statuses)))  # noqa: E731
-        stack.wait_until(lambda: count(DagsterRunStatus.SUCCESS) >= 1 and count(DagsterRunStatus.QUEUED) >= 2,
-                         timeout_s=180, what="a finished sweep run with more queued behind it")
+        instance, backfill_id, count = sweep_under_way(stack)
         opened = stack.stage_e("trips", "open", "--note", "a long trip during the sweep")
         assert opened.returncode == 0, opened.stderr
         trip_id = opened.stdout.split()[1]
