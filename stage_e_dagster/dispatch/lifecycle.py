@@ -1,9 +1,10 @@
-"""What a run's end does to its micro-batch: the one decision, from facts the Dagster layer read.
+"""What happens next to a micro-batch in flight: the decisions, from facts the Dagster layer read.
 
-The Dagster layer (``defs/run_ends.py``) reads what Dagster recorded about the run (refused and why,
-cancelled, stopped for its max runtime, why it failed, whether the report proves the worker died) and
-calls :func:`settle_run_end` once. Which transition follows lives here, beside the transitions
-themselves (``batches.py``): each is a compare-and-set, so settling one run twice records once.
+The Dagster layer reads what Dagster recorded (a run's end: refused and why, cancelled, stopped for
+its max runtime, why it failed, whether the report proves the worker died; whether a run of the batch
+is going; whether a sweep's backfill still launches runs) and calls one function here per batch.
+Which transition follows lives here, beside the transitions themselves (``batches.py``): each is a
+compare-and-set, so two evaluators deciding alike move a batch once.
 """
 
 from __future__ import annotations
@@ -14,8 +15,10 @@ from typing import Callable
 
 from sqlalchemy.orm import Session
 
+from ..catalog.models import MicroBatch
+from .backlog_walk import SWEEP_TRIGGER
 from .batch_rows import failure_row
-from .batches import abandon, fail_and_retry, forget_request, get_batch
+from .batches import Failed, abandon, fail_and_retry, forget_request, get_batch
 from .outbox import add_entry
 
 # A run that failed before it took its batch (the queue could not launch it: a code server restarting
@@ -27,6 +30,12 @@ UNTAKEN_FAILURES_FREE = 10
 # whatever a report without proof says: longer than a card takes under load, short enough that a
 # worker that really vanished has its batch retried within a couple of minutes.
 ALIVE_WITHIN = timedelta(seconds=90)
+# A batch requested less than this long ago may simply not have its run yet (the daemon submits a
+# tick's requests after the tick): it is not requested again before then.
+REQUEST_GRACE = timedelta(seconds=60)
+
+# What reconciling does with a batch in flight (see :func:`next_step`).
+RENEW, EXPIRE, REQUEST, WAIT = "renew", "expire", "request", "wait"
 
 
 @dataclass(frozen=True)
@@ -96,3 +105,29 @@ def settle_run_end(
                         attempt=batch.attempt, run_id=facts.run_id, failure_reason=reason, retry_batch_key=retry_key)
     add_entry(session, batch_key=batch_key, run_id=facts.run_id, entry=entry)
     return Settled(True, f"run {facts.run_id[:8]} of {batch_key} {facts.status}: {reason[:160]}", retry_key)
+
+
+def next_step(
+    batch: MicroBatch, *, run_going: bool, run_ended: bool, backfill_launching: Callable[[], bool], now: datetime
+) -> str:
+    """What reconciling does with a batch whose runs this pass left unsettled: ``RENEW`` its lease (a
+    run of it is going, or its sweep's backfill may still launch one), ``EXPIRE`` it (running, with no
+    run going past its lease), ``REQUEST`` it again, or ``WAIT``. Leases run from the last renewal, so
+    a batch that waited out a long trip or a full pool is requested again, never failed."""
+    if run_going:
+        return RENEW
+    if batch.status == "running":
+        return EXPIRE if batch.lease_expires_at is not None and batch.lease_expires_at < now else WAIT
+    owned_by_sweep = batch.trigger_reason == SWEEP_TRIGGER and bool(batch.backfill_id) and batch.attempt == 1
+    if owned_by_sweep and not run_ended and backfill_launching():
+        return RENEW
+    if batch.requested_at is None or batch.requested_at < now - REQUEST_GRACE or run_ended or owned_by_sweep:
+        return REQUEST
+    return WAIT
+
+
+def expire_lease(session: Session, batch_key: str, *, now: datetime, max_attempts: int, claim_ttl_s: int) -> Failed:
+    """running -> failed (and a retry, or parked): the run that held the batch is gone past its lease."""
+    batch = get_batch(session, batch_key)
+    return fail_and_retry(session, batch, reason=f"lease expired: run {batch.run_id} of the batch is gone", now=now,
+                          max_attempts=max_attempts, claim_ttl_s=claim_ttl_s, run_id=batch.run_id)
