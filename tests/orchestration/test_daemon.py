@@ -13,6 +13,7 @@ import signal
 import subprocess
 import sys
 import time
+from datetime import timedelta
 from pathlib import Path
 from typing import Callable, Iterator
 
@@ -22,8 +23,9 @@ import sqlalchemy as sa
 from dagster import DagsterEventType, DagsterInstance, DagsterRunStatus, RunsFilter
 from dagster._core.instance.ref import InstanceRef
 
+from stage_e_dagster.catalog.base import utcnow
 from stage_e_dagster.catalog.engine import make_engine, session_scope
-from stage_e_dagster.catalog.models import Card, CardClaim, ImageEvidence, MicroBatch, PrintingVote
+from stage_e_dagster.catalog.models import Card, CardClaim, ImageEvidence, MicroBatch, PrintingVote, SensorHeartbeat
 from stage_e_dagster.corpus.seed import seed_corpus
 from stage_e_dagster.defs.dagster_internals import backfill_status
 from stage_e_dagster.defs.instance import EMBEDDED_INSTANCE_YAML, PROJECT_ROOT, WORKSPACE_YAML
@@ -498,8 +500,23 @@ def test_a_sweep_outlives_a_trip_longer_than_its_claim_lease_and_the_retention_g
         opened = stack.stage_e("trips", "open", "--note", "a long trip during the sweep")
         assert opened.returncode == 0, opened.stderr
         trip_id = opened.stdout.split()[1]
-        # Longer than the claim lease (10 s), the grace (1 s) and a retention tick (every 60 s).
-        time.sleep(75)
+        lease_gone = utcnow().replace(tzinfo=None) + timedelta(seconds=11)
+
+        def retention_ticked_past_the_lease_and_the_grace() -> bool:
+            """The trip has outlasted the claim lease, and retention has ticked (every 60 s) after the
+            grace of every batch abandoned so far."""
+            with session_scope(stack.engine) as session:
+                ticked = session.execute(sa.select(SensorHeartbeat.ticked_at)
+                                         .where(SensorHeartbeat.sensor_name == "retention_sensor")).scalar()
+                last_abandoned = session.execute(sa.select(sa.func.max(MicroBatch.finished_at))
+                                                 .where(MicroBatch.status == "abandoned")).scalar()
+            due = max(lease_gone, (last_abandoned.replace(tzinfo=None) if last_abandoned else lease_gone)
+                      + timedelta(seconds=1))
+            return ticked is not None and ticked.replace(tzinfo=None) > due
+
+        stack.wait_until(retention_ticked_past_the_lease_and_the_grace, timeout_s=180,
+                         what="the trip to outlast the claim lease and a retention tick after the grace")
+        time.sleep(5)  # the daemon applies the tick's delete requests after the tick
         with session_scope(stack.engine) as session:
             abandoned = session.execute(sa.select(sa.func.count()).select_from(MicroBatch)
                                         .where(MicroBatch.status == "abandoned")).scalar_one()
