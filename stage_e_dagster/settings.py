@@ -141,6 +141,8 @@ class Settings(BaseSettings):
     max_batch_attempts: PositiveCount = 3
     run_max_runtime_s: PositiveCount = 1800
     retention_days: PositiveCount = 7
+    # How long an abandoned batch keeps its partition before retention may delete it.
+    abandoned_grace_s: PositiveCount = 60
     # How Stage C reads an upload's text: "full" (the shipped reader: both ends of the text, closer where
     # nothing is confirmed) or "cheap" (one small look, three lines read, never closer: for tests and
     # smoke runs that only need Stage C to have run; it reads far less).

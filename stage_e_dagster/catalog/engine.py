@@ -13,6 +13,8 @@ from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.engine import make_url
 from sqlalchemy.orm import Session
 
+READ_ONLY = "stage_e_read_only"
+
 
 class DatabaseUrlError(ValueError):
     """The catalogue URL names a driver this project does not ship."""
@@ -63,7 +65,9 @@ def _configure_sqlite(engine: sa.Engine) -> None:
 
     @sa.event.listens_for(engine, "begin")
     def _on_begin(conn):  # type: ignore[no-untyped-def]
-        conn.exec_driver_sql("BEGIN IMMEDIATE")
+        # A read-only scope (``read_scope``) begins deferred: under WAL it reads beside a writer
+        # instead of queueing behind it for the write lock it will never use.
+        conn.exec_driver_sql("BEGIN" if conn.get_execution_options().get(READ_ONLY) else "BEGIN IMMEDIATE")
 
 
 def make_engine(url: str) -> sa.Engine:
@@ -93,5 +97,14 @@ def dialect_insert(session: Session):  # type: ignore[no-untyped-def]
 def session_scope(engine: sa.Engine) -> Iterator[Session]:
     """A session whose transaction commits on success and rolls back on any error."""
     with Session(engine, expire_on_commit=False) as session:
+        with session.begin():
+            yield session
+
+
+@contextmanager
+def read_scope(engine: sa.Engine) -> Iterator[Session]:
+    """A session for reads only: on SQLite it takes no write lock (a deferred ``BEGIN``), so a probe
+    repeated while a tick watches never queues behind, or holds up, another process's writes."""
+    with Session(engine.execution_options(**{READ_ONLY: True}), expire_on_commit=False) as session:
         with session.begin():
             yield session

@@ -18,13 +18,10 @@ from dagster import DagsterInstance, RunsFilter
 from sqlalchemy.orm import Session
 
 from ..catalog.models import MicroBatch
+from .dagster_internals import backfill_status
 from .hold import ACTIVE_STATUSES
 from .partitions import micro_batches
 from .tags import PARTITION_TAG
-
-# A batch abandoned this recently is left for a later tick: the transaction that abandoned it may
-# still be committing (so the keyset would step over it), and the run that ended it may be settling.
-GRACE = timedelta(seconds=60)
 
 
 @dataclass(frozen=True)
@@ -46,13 +43,23 @@ def dump_cursor(cursor: tuple[datetime, str] | None) -> str:
 
 
 def abandoned_partitions(
-    session: Session, instance: DagsterInstance, *, after: tuple[datetime, str] | None, now: datetime, limit: int
+    session: Session,
+    instance: DagsterInstance,
+    *,
+    after: tuple[datetime, str] | None,
+    now: datetime,
+    limit: int,
+    grace: timedelta = timedelta(seconds=60),
 ) -> AbandonedPartitions:
     """The next ``limit`` abandoned batches by (finished at, key), read off the status and finished-at
     index; those whose partition exists and has no run queued or going are returned for deletion.
-    The pass stops at the first batch that still has a run going, to look at it again next time."""
-    query = sa.select(MicroBatch.batch_key, MicroBatch.finished_at).where(
-        MicroBatch.status == "abandoned", MicroBatch.finished_at < now - GRACE
+    The pass stops at the first batch that still has a run going, or whose sweep's backfill has not
+    finished, to look at it again next time.
+
+    A batch abandoned less than ``grace`` ago is left for a later tick: the transaction that abandoned
+    it may still be committing (so the keyset would step over it), and its run may be settling."""
+    query = sa.select(MicroBatch.batch_key, MicroBatch.finished_at, MicroBatch.backfill_id).where(
+        MicroBatch.status == "abandoned", MicroBatch.finished_at < now - grace
     )
     if after is not None:
         query = query.where(
@@ -62,7 +69,7 @@ def abandoned_partitions(
             )
         )
     rows = session.execute(query.order_by(MicroBatch.finished_at, MicroBatch.batch_key).limit(limit)).all()
-    keys = [key for key, _ in rows]
+    keys = [key for key, _, _ in rows]
     going = (
         {run.tags.get(PARTITION_TAG) for run in instance.get_runs(RunsFilter(tags={PARTITION_TAG: keys},
                                                                              statuses=ACTIVE_STATUSES))}
@@ -72,10 +79,23 @@ def abandoned_partitions(
     existing = instance.get_existing_dynamic_partitions(micro_batches.name, keys) if keys else set()
     delete: list[str] = []
     cursor = after
-    for key, finished_at in rows:
-        if key in going:
+    live_backfills = backfills_not_finished(instance, {b for _, _, b in rows if b})
+    for key, finished_at, backfill_id in rows:
+        # A backfill that has not finished still targets the partition: deleting it fails the backfill
+        # and cancels its queued runs, though the batch's cards were done under other keys.
+        if key in going or backfill_id in live_backfills:
             break
         if key in existing:
             delete.append(key)
         cursor = (finished_at, key)
     return AbandonedPartitions(delete=delete, cursor=cursor)
+
+
+# Backfill statuses after which the backfill daemon no longer reads the backfill's partitions.
+BACKFILL_FINISHED = {"COMPLETED", "COMPLETED_SUCCESS", "COMPLETED_FAILED", "FAILED", "CANCELED"}
+
+
+def backfills_not_finished(instance: DagsterInstance, backfill_ids: set[str]) -> set[str]:
+    """Which of these backfills may still read their partitions (one read per backfill). A backfill
+    Dagster does not know (a sweep that never submitted it) targets nothing."""
+    return {b for b in backfill_ids if (backfill_status(instance, b) or "COMPLETED") not in BACKFILL_FINISHED}

@@ -7,6 +7,7 @@ import sqlalchemy as sa
 from dagster import AssetCheckResult, AssetExecutionContext, MaterializeResult, asset
 
 from ..catalog.engine import session_scope
+from ..dispatch.batch_rows import CODE_VERSION, refused_row, stage_c_row, stage_d_row
 from ..dispatch.batches import get_batch
 from ..dispatch.conveyor import (
     REFUSED_GATE,
@@ -19,7 +20,6 @@ from ..dispatch.conveyor import (
     run_batch_stage_d,
     start_batch,
 )
-from ..dispatch.ledger import CODE_VERSION, refused_row, stage_c_row, stage_d_row
 from ..envelope.signals import peak_rss_mb
 from ..envelope.trips import trip_opened_by_run
 from .checks import stage_c_batch_check, stage_c_batch_clean_spec
@@ -134,18 +134,22 @@ def stage_d_verdicts(context: AssetExecutionContext, stage_e: StageEResource) ->
         lockout = trip_opened_by_run(session, context.run.run_id, bar="fetch_lockout")
         lockout_trip_id = lockout.trip_id if lockout else None
         cards_done, stopped_by_trip = stored.cards_done, stored.stopped_by_trip
-    report = run_batch_stage_d(engine, batch, run_id=context.run.run_id, logger=context.log)
-    peak, envelope_trip_id = finish_batch(engine, settings, batch, run_id=context.run.run_id)
-    if envelope_trip_id:
-        context.log.warning(f"run peak RSS {peak:.0f} MB crossed its bar: opened trip {envelope_trip_id}")
+    stage_d = run_batch_stage_d(engine, batch, run_id=context.run.run_id, logger=context.log)
+    finished = finish_batch(engine, settings, batch, run_id=context.run.run_id)
+    if finished.envelope_trip_id:
+        context.log.warning(f"run peak RSS {finished.peak_rss_mb:.0f} MB crossed its bar: "
+                            f"opened trip {finished.envelope_trip_id}")
+    if not finished.succeeded:
+        context.log.warning(f"stage D stopped, batch lost: {stage_d.lost or 'no longer held by this run'}")
     row = stage_d_row(
         batch,
-        report,
-        peak_rss_mb=peak,
+        stage_d.report,
+        peak_rss_mb=finished.peak_rss_mb,
         elapsed_s=time.time() - _run_started_at(context),
         lockout_trip_id=lockout_trip_id,
-        envelope_trip_id=envelope_trip_id,
+        envelope_trip_id=finished.envelope_trip_id,
         cards_done=cards_done,
         stopped_by_trip=stopped_by_trip,
+        batch_lost=not finished.succeeded,
     )
     yield MaterializeResult(metadata=row)

@@ -125,7 +125,7 @@ stage_c_batch_clean_spec = AssetCheckSpec(
 
 
 def stage_c_batch_check(row: Mapping[str, Any]) -> AssetCheckResult:
-    """The per-batch warning from a Stage C ledger row (``dispatch.ledger.stage_c_row``)."""
+    """The per-batch warning from a Stage C ledger row (``dispatch.batch_rows.stage_c_row``)."""
     failures = int(row.get("stage_c_fetch_failures", 0))
     terminal = int(row.get("stage_c_terminal", 0))
     lockout = str(row.get("lockout_trip_id") or "")

@@ -5,10 +5,10 @@ Dagster has no instance-wide pause, so a hold is three things: sensors skip, the
 limit drops to 0 (queued runs stay queued), and queued dispatch runs a sensor requested are cancelled
 with their batches abandoned, which puts their cards back in the backlog for after the acknowledgement.
 What this project did to the pool is recorded in the catalogue (``pool_controls``), and only that
-is ever undone: a limit set with ``dagster instance concurrency set`` stays. The row is written
-before the pool is touched and cleared only after the pool has its limit back, so a call to the
-instance that fails (a locked SQLite file, a PostgreSQL blip, a killed process) leaves the row,
-and the next tick finishes the job instead of leaving the pool at 0 for good.
+is ever undone: a limit set with ``dagster instance concurrency set`` stays. The hold row is
+committed before the pool is touched and cleared only after the pool has its limit back, so a call
+to the instance that fails (a locked SQLite file, a PostgreSQL blip, a killed process) leaves the
+row, and the next tick finishes the job: every 0 this project sets has a row that gives it back.
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ from ..catalog.base import utcnow
 from ..catalog.engine import session_scope
 from ..catalog.models import EnvelopeTrip, PoolControl
 from ..dispatch.batches import abandon
-from ..dispatch.governing import pool_control
+from ..dispatch.steering import pool_control
 from . import dagster_internals
 from .tags import BACKFILL_TAG, DISPATCH_POOL, DISPATCH_TAG, PARTITION_TAG
 
@@ -56,16 +56,22 @@ def hold_dispatch(instance: DagsterInstance, engine: sa.Engine, *, trip_id: str,
     """Pool to 0 (remembering the limit it had) and cancel every queued dispatch run a sensor requested
     (a sweep's wait, queued, for the acknowledgement); returns how many runs were cancelled. Taking
     the hold is a compare-and-set on the catalogue row."""
+    # The hold row is committed before the pool is touched: a process that dies after the pool write
+    # leaves a hold the next tick finishes and the ack gives back, never a 0 with no row, which the
+    # next hold would record as the limit to restore and the setting would keep as an operator's.
     with session_scope(engine) as session:
         control = pool_control(session, DISPATCH_POOL)
         if control.held_at is None:
             control.held_at, control.held_from = utcnow(), pool_limit(instance)
         # The newest trip: a release clears the hold only once this one is acknowledged.
         control.trip_id = trip_id
-        # The pool goes to 0 while the control row is locked: a release running beside this tick
-        # (sensors tick in threads, or two daemons) either finishes before or starts after, so
-        # it can never clear the row and leave the pool at 0 with no hold to release it.
-        _set_pool_limit(instance, 0)
+    with session_scope(engine) as session:
+        control = pool_control(session, DISPATCH_POOL)
+        # The pool goes to 0 only while the row is locked and still held: a release running beside this
+        # tick (sensors tick in threads, or two daemons) either finishes before, and this tick leaves the
+        # pool alone, or starts after and gives the limit back.
+        if control.held_at is not None:
+            _set_pool_limit(instance, 0)
     # A sweep's queued runs wait behind the pool instead: a cancelled backfill run fails its partition
     # for good, so the backfill would read COMPLETED_FAILED although the sensors finish its cards later.
     queued = [run for run in active_dispatch_runs(instance, [DagsterRunStatus.QUEUED])

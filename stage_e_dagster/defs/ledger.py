@@ -62,8 +62,12 @@ def ledger_entries(
             entry.fields.update(_metadata(mat))
             entry.at = max(entry.at, record.timestamp)
             if key == STAGE_D:
-                # A batch a trip stopped early finished only some of its cards (cards_done of card_count).
-                entry.status = "stopped" if entry.fields.get("stopped_early") else "completed"
+                # A batch a trip stopped early finished only some of its cards (cards_done of card_count);
+                # a run that lost its batch to a retry finished none of them as far as the ledger goes.
+                if entry.fields.get("batch_lost"):
+                    entry.status = "lost"
+                else:
+                    entry.status = "stopped" if entry.fields.get("stopped_early") else "completed"
     failures = AssetRecordsFilter(asset_key=STAGE_C, after_timestamp=after)
     for record in _records(instance.fetch_observations, failures, page_size):
         obs = record.asset_observation

@@ -1,9 +1,9 @@
 """Keeping the batches in flight honest: renew what waits or runs, settle what ended, request what needs it.
 
 This is the one place a batch is requested again (only ``card_created_sensor`` calls it; run-key
-dedup is per sensor). Leases run from the last renewal, never from the batch's creation, so a
-batch that waited out a long trip or a full pool is requested again, not failed: an attempt is
-spent only by a run that took the batch and then failed or vanished.
+dedup is per sensor). It reads Dagster's facts (the batch's runs, its sweep's backfill) and calls the
+one transition ``dispatch.lifecycle.next_step`` names; an attempt is spent only by a run that took
+the batch and then failed or vanished.
 """
 
 from __future__ import annotations
@@ -16,17 +16,14 @@ from dagster import AssetObservation, DagsterInstance, DagsterRun, RunsFilter
 
 from ..catalog.engine import session_scope
 from ..catalog.models import MicroBatch
-from ..dispatch.batches import fail_and_retry, lease_renewal_due, renew_lease, request_again
-from ..dispatch.sweep import SWEEP_TRIGGER
+from ..dispatch.batches import lease_renewal_due, renew_lease, request_again
+from ..dispatch.lifecycle import EXPIRE, RENEW, REQUEST, REQUEST_GRACE, expire_lease, next_step
 from ..settings import Settings
 from .dagster_internals import backfill_is_requested
 from .hold import ACTIVE_STATUSES
 from .run_ends import ENDED, settle_run_end
 from .tags import PARTITION_TAG
 
-# A batch requested less than this long ago may simply not have its run yet (the daemon submits a
-# tick's requests after the tick): it is not requested again before then.
-REQUEST_GRACE = timedelta(seconds=60)
 # Batches looked at per tick: every running one (few: the pool caps them) and the pending ones that
 # need a request or whose lease is half spent, oldest lease first.
 RECONCILE_LIMIT = 100
@@ -34,7 +31,10 @@ RECONCILE_LIMIT = 100
 
 @dataclass
 class Reconciled:
-    requests: list[MicroBatch] = field(default_factory=list)
+    """What a pass found. ``due`` holds the batches to request, as read and not yet marked: the tick
+    marks (``request_due``) only as many as it emits, once it knows it emits any."""
+
+    due: list[MicroBatch] = field(default_factory=list)
     observations: list[AssetObservation] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
 
@@ -77,7 +77,7 @@ def _backfill_launching(instance: DagsterInstance, backfill_id: str, seen: dict[
 
 
 def reconcile(instance: DagsterInstance, engine: sa.Engine, settings: Settings, *, now: datetime) -> Reconciled:
-    """One bounded pass over the batches in flight; returns the batches to request now."""
+    """One bounded pass over the batches in flight: renew, settle; returns the batches due a request."""
     done = Reconciled()
     batches = _due_batches(engine, settings, now)
     runs = _runs_by_batch(instance, [b.batch_key for b in batches])
@@ -85,45 +85,38 @@ def reconcile(instance: DagsterInstance, engine: sa.Engine, settings: Settings, 
     lease = now + timedelta(seconds=settings.claim_ttl_s)
     for batch in batches:
         its_runs = runs.get(batch.batch_key, [])
-        if any(run.status in ACTIVE_STATUSES for run in its_runs):
-            _renew(engine, batch, until=lease, now=now)
-            continue
+        going = any(run.status in ACTIVE_STATUSES for run in its_runs)
         ended = [run for run in its_runs if run.status in ENDED]
-        settled = False
-        for run in ended:
-            end = settle_run_end(engine, instance, settings, run)
-            settled = settled or end.recorded
-            if end.note:
-                done.notes.append(end.note)
-            _request_retry(engine, settings, end.retry_key, now, done)
-        if settled:
+        if not going and _settle_ended(engine, instance, settings, ended, done):
             continue
-        if batch.status == "running":
-            if batch.lease_expires_at is not None and batch.lease_expires_at < now:
-                with session_scope(engine) as session:
-                    lost = fail_and_retry(
-                        session,
-                        session.get(MicroBatch, batch.batch_key),
-                        reason=f"lease expired: run {batch.run_id} of the batch is gone",
-                        now=now,
-                        max_attempts=settings.max_batch_attempts,
-                        claim_ttl_s=settings.claim_ttl_s,
-                        run_id=batch.run_id,
-                    )
-                if lost.recorded:
-                    done.notes.append(f"{batch.batch_key}: lease expired with no run going")
-                    _request_retry(engine, settings, lost.retry.batch_key if lost.retry else None, now, done)
-            continue
-        owned_by_sweep = batch.trigger_reason == SWEEP_TRIGGER and batch.backfill_id and batch.attempt == 1
-        if owned_by_sweep and not ended and _backfill_launching(instance, batch.backfill_id, backfills):
+        step = next_step(batch, run_going=going, run_ended=bool(ended), now=now,
+                         backfill_launching=lambda: _backfill_launching(instance, batch.backfill_id, backfills))
+        if step == RENEW:
             _renew(engine, batch, until=lease, now=now)
-            continue
-        needs_request = (
-            batch.requested_at is None or batch.requested_at < now - REQUEST_GRACE or bool(ended) or owned_by_sweep
-        )
-        if needs_request:
-            _request(engine, settings, batch, now, done)
+        elif step == EXPIRE:
+            with session_scope(engine) as session:
+                lost = expire_lease(session, batch.batch_key, now=now, max_attempts=settings.max_batch_attempts,
+                                    claim_ttl_s=settings.claim_ttl_s)
+            if lost.recorded:
+                done.notes.append(f"{batch.batch_key}: lease expired with no run going")
+                _request_retry(engine, lost.retry.batch_key if lost.retry else None, done)
+        elif step == REQUEST:
+            done.due.append(batch)
     return done
+
+
+def _settle_ended(
+    engine: sa.Engine, instance: DagsterInstance, settings: Settings, ended: list[DagsterRun], done: Reconciled
+) -> bool:
+    """Settle the batch's ended runs (a run end the envelope sensor missed); whether one moved the batch."""
+    settled = False
+    for run in ended:
+        end = settle_run_end(engine, instance, settings, run)
+        settled = settled or end.recorded
+        if end.note:
+            done.notes.append(end.note)
+        _request_retry(engine, end.retry_key, done)
+    return settled
 
 
 def _renew(engine: sa.Engine, batch: MicroBatch, *, until: datetime, now: datetime) -> None:
@@ -133,20 +126,26 @@ def _renew(engine: sa.Engine, batch: MicroBatch, *, until: datetime, now: dateti
             renew_lease(session, batch.batch_key, until=until, now=now)
 
 
-def _request(engine: sa.Engine, settings: Settings, seen: MicroBatch, now: datetime, done: Reconciled) -> None:
-    """Request the batch as this tick saw it; another evaluator that requested it first wins."""
-    with session_scope(engine) as session:
-        again = request_again(session, seen, now=now, claim_ttl_s=settings.claim_ttl_s)
-    if again is not None:
-        done.requests.append(again)
-
-
-def _request_retry(
-    engine: sa.Engine, settings: Settings, retry_key: str | None, now: datetime, done: Reconciled
-) -> None:
-    """A retry made while reconciling is requested in the same tick."""
+def _request_retry(engine: sa.Engine, retry_key: str | None, done: Reconciled) -> None:
+    """A retry made while reconciling is due a request in the same tick."""
     if retry_key is not None:
         with session_scope(engine) as session:
             seen = session.get(MicroBatch, retry_key)
         if seen is not None:
-            _request(engine, settings, seen, now, done)
+            done.due.append(seen)
+
+
+def request_due(
+    engine: sa.Engine, settings: Settings, due: list[MicroBatch], *, now: datetime, limit: int
+) -> list[MicroBatch]:
+    """Mark requested, in order, up to ``limit`` of the batches due: the ones the tick is about to emit.
+    Each is a compare-and-set on the row as read; another evaluator that requested it first wins it."""
+    requested: list[MicroBatch] = []
+    for seen in due:
+        if len(requested) >= limit:
+            break
+        with session_scope(engine) as session:
+            again = request_again(session, seen, now=now, claim_ttl_s=settings.claim_ttl_s)
+        if again is not None:
+            requested.append(again)
+    return requested

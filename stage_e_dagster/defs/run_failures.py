@@ -140,13 +140,14 @@ def _worker_death(instance: DagsterInstance, run_id: str, run_failure: DagsterEv
         return None
     message = (run_failure.message or "").strip()
     reason = _run_failure_reason(run_failure)
-    if message.startswith(_MONITOR_DETECTED):
-        return message.splitlines()[0]
+    # The failure reason Dagster recorded decides first; its message text only where it recorded none.
     if reason in _DEATH_FAILURE_REASONS:
         if reason == "RUN_WORKER_RESTART":
             detail = _latest_engine_message(instance, run_id)
             return detail or "the run worker was restarted while the run was in progress"
         return message or "execution was interrupted unexpectedly"
+    if message.startswith(_MONITOR_DETECTED):
+        return message.splitlines()[0]
     if message == _MARKED_FAILED_OUTSIDE:
         return _crash_in_engine_events(instance, run_id)
     return None

@@ -15,9 +15,9 @@ from dagster import AssetKey, DagsterInstance
 
 from ..catalog.base import utcnow
 from ..catalog.engine import engine_for, session_scope
+from ..dispatch.backlog_walk import SWEEP_TRIGGER, walk_backlog
 from ..dispatch.guard import check_gate
 from ..dispatch.sizing import plan_for_sweep
-from ..dispatch.sweep import SWEEP_TRIGGER, walk_backlog
 from ..settings import Settings
 from .dagster_internals import BaseAssetGraph, new_backfill_id, submit_asset_backfill
 from .partitions import micro_batches

@@ -13,7 +13,7 @@ import time
 import sqlalchemy as sa
 
 from ..catalog.base import utcnow
-from ..catalog.engine import session_scope
+from ..catalog.engine import read_scope
 from .claims import unclaimed_query
 
 # A quarter of a second between probes: a trickled card waits ~0.1 s on average for its batch, and
@@ -29,14 +29,14 @@ def wait_for_unclaimed(
 ) -> bool:
     """Whether an unclaimed card of this backlog turns up before ``until`` (a ``time.monotonic`` reading).
 
-    Sleeps before each probe: the caller has just found nothing. Reads without locking: the tick that
-    goes on to batch the card claims it with the usual compare-and-set, and another selector may still
-    win it (the tick then watches on)."""
+    Sleeps before each probe: the caller has just found nothing. Reads without locking (and on SQLite
+    without the write lock): the tick that goes on to batch the card claims it with the usual
+    compare-and-set, and another selector may still win it (the tick then stops watching)."""
     while True:
         left = until - time.monotonic()
         if left <= 0:
             return False
         time.sleep(min(POLL_S, left))
-        with session_scope(engine) as session:
+        with read_scope(engine) as session:  # on SQLite, no write lock for a probe every POLL_S
             if session.execute(unclaimed_query(predicate, now=utcnow(), limit=1)).first() is not None:
                 return True

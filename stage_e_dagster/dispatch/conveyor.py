@@ -199,35 +199,55 @@ def _lockout_detail(report: StageCReport) -> dict[str, object]:
     }
 
 
+@dataclass(frozen=True)
+class StageDResult:
+    report: StageDReport
+    lost: str | None = None  # why Stage D stopped between chunks: the batch was no longer this run's
+
+
 def run_batch_stage_d(engine: sa.Engine, batch: BatchInfo, *, run_id: str,
-                      logger: logging.Logger | None = None) -> StageDReport:
-    """Stage D scoped to the batch: work already in hand drains even after a lockout. Each chunk's
-    progress is stamped on the batch (the run's sign of life while it holds it).
+                      logger: logging.Logger | None = None) -> StageDResult:
+    """Stage D scoped to the batch: work already in hand drains even after a lockout, but a batch another
+    evaluator took (failed and retried) stops it at the next chunk, so it never votes beside the retry.
 
     The batch goes in chunks of a quarter of it (each its own transaction) so ``logger`` hears of
-    progress while it runs; a batch is small enough that the extra commits cost nothing to speak of.
+    progress while it runs; the check between chunks also stamps the batch's progress (the run's sign
+    of life while it holds it).
     """
     from ..stage_d.run import run_stage_d
 
     said = BatchLog(logger or log, "stage D", len(set(batch.card_ids)))
+    lost: list[str] = []
 
-    def advance(cards: int) -> None:
-        said.advance(cards)
-        lost_batch(engine, batch.batch_key, run_id=run_id)
+    def batch_lost() -> bool:
+        reason = lost_batch(engine, batch.batch_key, run_id=run_id)
+        if reason is not None:
+            lost.append(reason)
+        return reason is not None
 
-    return run_stage_d(engine, batch.card_ids, run_id=run_id, chunk_size=said.every, progress=advance)
+    report = run_stage_d(engine, batch.card_ids, run_id=run_id, chunk_size=said.every, progress=said.advance,
+                         should_stop=batch_lost)
+    return StageDResult(report, lost[0] if lost else None)
 
 
-def finish_batch(
-    engine: sa.Engine, settings: Settings, batch: BatchInfo, *, run_id: str
-) -> tuple[float | None, str | None]:
+@dataclass(frozen=True)
+class Finished:
+    """How a run's batch ended: ``succeeded`` is False when the run no longer held it (``lost``)."""
+
+    succeeded: bool
+    peak_rss_mb: float | None
+    envelope_trip_id: str | None
+
+
+def finish_batch(engine: sa.Engine, settings: Settings, batch: BatchInfo, *, run_id: str) -> Finished:
     """Mark the batch done, release its claims, and check the run's true RSS peak against its bar.
 
-    Returns the peak and the id of a trip it opened, if any.
-    """
+    A run that can no longer mark its batch (another evaluator failed or retried it) reports it lost:
+    its cards are the retry's, and its ledger row must not count them as done."""
     peak = peak_rss_mb()
     ceilings = Ceilings.from_settings(settings)
     with session_scope(engine) as session:
-        mark_succeeded(session, get_batch(session, batch.batch_key), now=utcnow(), peak_rss_mb=peak, run_id=run_id)
+        succeeded = mark_succeeded(session, get_batch(session, batch.batch_key), now=utcnow(), peak_rss_mb=peak,
+                                   run_id=run_id)
         trip = check_envelope(session, EnvelopeSignals(rss_mb=peak), ceilings, run_id=run_id)
-        return peak, trip.trip_id if trip else None
+        return Finished(succeeded, peak, trip.trip_id if trip else None)

@@ -56,17 +56,21 @@ def run_stage_d(
     run_id: str,
     chunk_size: int = CHUNK_SIZE,
     progress: Callable[[int], None] | None = None,
+    should_stop: Callable[[], bool] | None = None,
 ) -> StageDReport:
     """Run the three calculators over ``card_ids`` (None: every card, keyset-paged) and recompute consensus.
 
     Cards in scope that have been through Stage D on their current evidence, or are not eligible
     for machine votes, leave the Stage D backlog (``stage_d_pending`` is cleared unless the card
-    changed meanwhile). ``progress`` is told how many cards each finished chunk held.
+    changed meanwhile). ``progress`` is told how many cards each finished chunk held; ``should_stop``
+    is asked between chunks, so a caller that lost its right to the cards stops voting at the next one.
     """
     with Session(engine) as session, session.begin():
         index = get_name_index(session)
     report = StageDReport()
-    for chunk in _scope_chunks(engine, card_ids, chunk_size):
+    for n, chunk in enumerate(_scope_chunks(engine, card_ids, chunk_size)):
+        if n and should_stop is not None and should_stop():
+            break
         report.add(_with_retry(lambda: _run_chunk(engine, chunk, run_id, index)))
         if progress is not None:
             progress(len(chunk))

@@ -13,10 +13,10 @@ from stage_e_dagster.catalog.backlog import STAGE_C_PENDING
 from stage_e_dagster.catalog.base import utcnow
 from stage_e_dagster.catalog.engine import session_scope
 from stage_e_dagster.catalog.models import Card
+from stage_e_dagster.dispatch.backlog_walk import walk_backlog
 from stage_e_dagster.dispatch.batches import create_batches
 from stage_e_dagster.dispatch.claims import release_claims
 from stage_e_dagster.dispatch.sizing import BatchPlan
-from stage_e_dagster.dispatch.sweep import walk_backlog
 from stage_e_dagster.stage_c.run import run_stage_c
 from tests.factories import insert_cards
 from tests.stage_c.conftest import make_fetcher

@@ -10,6 +10,7 @@ from stage_e_dagster.catalog.backlog import STAGE_C_PENDING, STAGE_D_PENDING
 from stage_e_dagster.catalog.base import utcnow
 from stage_e_dagster.catalog.engine import session_scope
 from stage_e_dagster.catalog.models import Card, CardClaim, MicroBatch, ScanLog
+from stage_e_dagster.dispatch.backlog_walk import walk_backlog
 from stage_e_dagster.dispatch.batches import (
     PARKED_KEY,
     abandon,
@@ -22,7 +23,6 @@ from stage_e_dagster.dispatch.batches import (
 )
 from stage_e_dagster.dispatch.keys import is_batch_key, new_batch_key, retry_key
 from stage_e_dagster.dispatch.sizing import BatchPlan
-from stage_e_dagster.dispatch.sweep import walk_backlog
 from tests.factories import insert_cards
 
 TTL = 600

@@ -129,3 +129,53 @@ def test_with_every_slot_running_an_idle_tick_does_not_watch(idle: Pipeline, mon
     idle.instance.report_run_failed(runs[0])  # one slot frees: the tick watches again
     idle.tick("card_created_sensor")
     assert len(watched) == 1
+
+
+def test_the_watchs_probe_reads_beside_a_writer_without_taking_sqlites_write_lock(idle: Pipeline) -> None:
+    """Issue 31 item 8: a probe every quarter second must not queue behind (or hold up) another
+    process's write transaction on SQLite: it reads under WAL with a deferred BEGIN."""
+    from stage_e_dagster.catalog.backlog import STAGE_C_PENDING
+    from stage_e_dagster.dispatch.arrivals import wait_for_unclaimed
+
+    found: list[bool] = []
+    with idle.engine.connect() as writer:
+        writer.begin()  # BEGIN IMMEDIATE: the write lock, held
+        writer.execute(sa.update(Card).where(Card.id == -1).values(stage_c_pending=True))
+        probe = threading.Thread(target=lambda: found.append(
+            wait_for_unclaimed(idle.engine, STAGE_C_PENDING, until=time.monotonic() + 0.5)))
+        probe.start()
+        probe.join(timeout=20)  # the write lock's busy timeout is 30 s
+        alive = probe.is_alive()
+        writer.rollback()
+    probe.join()
+    assert not alive and found == [False], "the read-only probe waited for the write lock"
+
+
+def test_a_card_landing_after_the_last_slot_filled_during_the_watch_is_left_for_the_queue(
+    idle: Pipeline, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Issue 31 item 8: the tick plans the card that landed with the runs going now, not with those it
+    read before it started watching: a run that took the last slot meanwhile leaves no room for it."""
+    monkeypatch.setenv("STAGE_E_ARRIVAL_WAIT_S", "4")
+    monkeypatch.setenv("STAGE_E_MICRO_BATCH_SIZE", "1")  # slots are the cap less the runs going
+    tags = dispatch_tags(load_settings(), trigger_reason="card-created")
+
+    def started_run() -> None:
+        idle.instance.add_run(DagsterRun(job_name="stage_e_dispatch", run_id=str(uuid.uuid4()),
+                                         status=DagsterRunStatus.STARTED, tags=tags))
+
+    started_run()  # one of the cap's two slots: the idle tick watches
+    with idle.engine.connect() as conn:
+        locator = conn.execute(sa.select(Card.image_locator).order_by(Card.id).limit(1)).scalar_one()
+
+    def fill_then_land() -> None:
+        time.sleep(0.5)
+        started_run()  # the last slot fills while the tick watches
+        insert_cards(idle.engine, 1, prefix="arrival", locator=locator)
+
+    thread = threading.Thread(target=fill_then_land)
+    thread.start()
+    result = idle.tick("card_created_sensor")
+    thread.join()
+    assert not getattr(result, "run_requests", None), "the tick batched a card for a slot that was taken"
+    assert "2 dispatch run(s) queued or going" in skip_text(result)

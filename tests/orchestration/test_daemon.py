@@ -13,6 +13,7 @@ import signal
 import subprocess
 import sys
 import time
+from datetime import timedelta
 from pathlib import Path
 from typing import Callable, Iterator
 
@@ -22,8 +23,9 @@ import sqlalchemy as sa
 from dagster import DagsterEventType, DagsterInstance, DagsterRunStatus, RunsFilter
 from dagster._core.instance.ref import InstanceRef
 
+from stage_e_dagster.catalog.base import utcnow
 from stage_e_dagster.catalog.engine import make_engine, session_scope
-from stage_e_dagster.catalog.models import Card, ImageEvidence, MicroBatch, PrintingVote
+from stage_e_dagster.catalog.models import Card, CardClaim, ImageEvidence, MicroBatch, PrintingVote, SensorHeartbeat
 from stage_e_dagster.corpus.seed import seed_corpus
 from stage_e_dagster.defs.dagster_internals import backfill_status
 from stage_e_dagster.defs.instance import (
@@ -33,7 +35,9 @@ from stage_e_dagster.defs.instance import (
     create_instance_storage,
 )
 from stage_e_dagster.defs.ledger import ledger_entries
+from stage_e_dagster.defs.max_runtime import max_runtime_exceeded
 from stage_e_dagster.defs.run_ends import runs_in_progress
+from stage_e_dagster.dispatch.batches import PARKED_KEY
 from stage_e_dagster.process_groups import reset_signals, stop_group
 from tests.conftest import create_pg_database, drop_pg_database
 
@@ -345,6 +349,24 @@ def test_postgres_catalogue_and_dagster_instance(tmp_path: Path, corpus_template
         drop_pg_database(dagster_url)
 
 
+def sweep_under_way(stack: Stack) -> tuple[DagsterInstance, str, Callable[..., int]]:
+    """Launch a sweep, start the daemon and wait for a finished sweep run with more queued behind it;
+    returns the instance, the backfill's id and a count of dispatch runs by status."""
+    assert stack.stage_e("sweep").returncode == 0
+    with session_scope(stack.engine) as session:
+        [backfill_id] = session.execute(sa.select(MicroBatch.backfill_id).distinct()).scalars().all()
+    stack.start()
+    instance = stack.instance()
+    dispatch = {"stage_e/dispatch": "micro-batch"}
+
+    def count(*statuses: DagsterRunStatus) -> int:
+        return instance.get_runs_count(RunsFilter(tags=dispatch, statuses=list(statuses)))
+
+    stack.wait_until(lambda: count(DagsterRunStatus.SUCCESS) >= 1 and count(DagsterRunStatus.QUEUED) >= 2,
+                     timeout_s=180, what="a finished run with more queued behind it")
+    return instance, backfill_id, count
+
+
 def test_a_trip_holds_a_sweeps_queued_runs_every_tick_and_they_run_after_the_ack(
     corpus_template: Path, tmp_path: Path
 ) -> None:
@@ -353,18 +375,7 @@ def test_a_trip_holds_a_sweeps_queued_runs_every_tick_and_they_run_after_the_ack
     stack = sqlite_stack_for(corpus_template, tmp_path, batch_size=1, cap=1)
     try:
         cards = stack.counts()["cards"]
-        assert stack.stage_e("sweep").returncode == 0  # one backfill: a queue of one-card runs
-        with session_scope(stack.engine) as session:
-            [backfill_id] = session.execute(sa.select(MicroBatch.backfill_id).distinct()).scalars().all()
-        stack.start()
-        instance = stack.instance()
-        dispatch = {"stage_e/dispatch": "micro-batch"}
-        count = lambda *statuses: instance.get_runs_count(RunsFilter(tags=dispatch, statuses=list(statuses)))  # noqa: E731
-        stack.wait_until(
-            lambda: count(DagsterRunStatus.SUCCESS) >= 1 and count(DagsterRunStatus.QUEUED) >= 2,
-            timeout_s=180,
-            what="a finished run with more queued behind it",
-        )
+        instance, backfill_id, count = sweep_under_way(stack)  # one backfill: a queue of one-card runs
         opened = stack.stage_e("trips", "open", "--note", "maintenance window")
         assert opened.returncode == 0, opened.stderr
         trip_id = opened.stdout.split()[1]
@@ -405,6 +416,129 @@ def test_a_trip_holds_a_sweeps_queued_runs_every_tick_and_they_run_after_the_ack
         print(f"\nbackfill {backfill_id}: {backfill_status(instance, backfill_id)}; "
               f"its runs: {sorted(r.status.value for r in its_runs)}; refused: {len(refused)}")
         assert backfill_status(instance, backfill_id) == "COMPLETED_SUCCESS"
+    finally:
+        stack.stop()
+        stack.engine.dispose()
+
+
+def test_a_run_the_live_run_monitor_stops_for_its_max_runtime_spends_an_attempt(
+    corpus_template: Path, tmp_path: Path
+) -> None:
+    """Issue 31 item 5: the run monitor cancels a run past its ``dagster/max_runtime``, then the launcher
+    writes a newer generic cancel, the monitor a failure and the interrupted worker its own events.
+    Read from that real sequence, the stop is a timeout that spends an attempt (here the only one, so
+    the hanging card is parked), never a person's cancel that puts the card straight back."""
+    server = ImageServer(corpus_template / "corpus")
+    server.delay_s = 10  # the one card's image hangs past the run's max runtime
+    yaml = tmp_path / "dagster.yaml"
+    yaml.write_text(EMBEDDED_INSTANCE_YAML.read_text().replace("poll_interval_seconds: 5", "poll_interval_seconds: 1"))
+    shutil.copy(corpus_template / "catalog.sqlite", tmp_path / "catalog.sqlite")
+    stack = Stack(tmp_path, f"sqlite:///{tmp_path / 'catalog.sqlite'}", corpus_template / "corpus",
+                  instance_yaml=yaml,
+                  extra_env={"STAGE_E_MICRO_BATCH_SIZE": "1", "STAGE_E_MAX_CONCURRENT_DISPATCHES": "1",
+                             "STAGE_E_RUN_MAX_RUNTIME_S": "4", "STAGE_E_FETCH_TIMEOUT_S": "60",
+                             "STAGE_E_MAX_BATCH_ATTEMPTS": "1"})
+    try:
+        serve_over_http(stack.engine, server)
+        with stack.engine.begin() as conn:  # one card waits; the rest are done
+            first = conn.execute(sa.select(sa.func.min(Card.id))).scalar_one()
+            conn.execute(sa.update(Card).where(Card.id != first).values(stage_c_pending=False, stage_d_pending=False))
+        stack.start()
+        instance = stack.instance()
+        run: dict[str, str] = {}
+
+        def worker_exited() -> bool:
+            """The run's whole sequence is written: its worker logged its exit after the interrupt."""
+            with session_scope(stack.engine) as session:
+                run_id = session.execute(sa.select(MicroBatch.run_id).where(MicroBatch.run_id.is_not(None))).scalar()
+            if run_id is None:
+                return False
+            run["id"] = run_id
+            engine_events = instance.get_records_for_run(run_id, of_type=DagsterEventType.ENGINE_EVENT).records
+            return any("Process for run exited" in (r.event_log_entry.message or "") for r in engine_events)
+
+        stack.wait_until(worker_exited, timeout_s=180, what="the run past its max runtime to be stopped")
+        records = instance.get_records_for_run(run["id"]).records
+        sequence = [r.event_log_entry.dagster_event.event_type_value for r in records
+                    if r.event_log_entry.dagster_event is not None]
+        assert sequence.count("PIPELINE_CANCELING") >= 1, sequence
+        assert max_runtime_exceeded(instance, run["id"]) is not None, (
+            f"Dagster's sequence {sequence[-5:]} read as a person's cancel"
+        )
+
+        def settled() -> bool:
+            with session_scope(stack.engine) as session:
+                return session.execute(sa.select(MicroBatch).where(MicroBatch.status.in_(("failed", "abandoned")))
+                                       ).first() is not None
+
+        stack.wait_until(settled, timeout_s=60, what="the stopped run to be settled")
+        with session_scope(stack.engine) as session:
+            [batch] = session.execute(sa.select(MicroBatch)).scalars().all()
+            status, reason = batch.status, batch.failure_reason
+            parked = session.execute(sa.select(CardClaim.card_id).where(CardClaim.batch_key == PARKED_KEY)
+                                     ).scalars().all()
+        assert (status, parked) == ("failed", [first]), f"settled {status} ({reason}), parked {parked}"
+        assert (reason or "").startswith("run exceeded its max runtime"), reason
+    finally:
+        stack.stop()
+        stack.engine.dispose()
+        server.close()
+
+
+def test_a_sweep_outlives_a_trip_longer_than_its_claim_lease_and_the_retention_grace(
+    sqlite_template: Path, tmp_path: Path
+) -> None:
+    """Issue 31 item 2: a trip during a sweep of 100 cards that outlasts the claim lease and the grace
+    after which retention deletes an abandoned batch's partition (both shortened here; in the drill a
+    10-minute trip). Retention must not delete a partition the unfinished backfill still targets (the
+    backfill daemon would fail the backfill and cancel its queued runs): after the ack the backfill
+    reads COMPLETED_SUCCESS, every card has evidence, and no run was cancelled."""
+    shutil.copy(sqlite_template, tmp_path / "catalog.sqlite")
+    url = f"sqlite:///{tmp_path / 'catalog.sqlite'}"
+    engine = make_engine(url)
+    seed_corpus(engine, tmp_path / "corpus", cards=100, seed=31)
+    engine.dispose()
+    stack = Stack(tmp_path, url, tmp_path / "corpus",
+                  extra_env={"STAGE_E_MICRO_BATCH_SIZE": "5", "STAGE_E_MAX_CONCURRENT_DISPATCHES": "2",
+                             "STAGE_E_CLAIM_TTL_S": "10", "STAGE_E_ABANDONED_GRACE_S": "1"})
+    try:
+        cards = stack.counts()["cards"]
+        assert cards >= 100
+        instance, backfill_id, count = sweep_under_way(stack)
+        opened = stack.stage_e("trips", "open", "--note", "a long trip during the sweep")
+        assert opened.returncode == 0, opened.stderr
+        trip_id = opened.stdout.split()[1]
+        lease_gone = utcnow().replace(tzinfo=None) + timedelta(seconds=11)
+
+        def retention_ticked_past_the_lease_and_the_grace() -> bool:
+            """The trip has outlasted the claim lease, and retention has ticked (every 60 s) after the
+            grace of every batch abandoned so far."""
+            with session_scope(stack.engine) as session:
+                ticked = session.execute(sa.select(SensorHeartbeat.ticked_at)
+                                         .where(SensorHeartbeat.sensor_name == "retention_sensor")).scalar()
+                last_abandoned = session.execute(sa.select(sa.func.max(MicroBatch.finished_at))
+                                                 .where(MicroBatch.status == "abandoned")).scalar()
+            due = max(lease_gone, (last_abandoned.replace(tzinfo=None) if last_abandoned else lease_gone)
+                      + timedelta(seconds=1))
+            return ticked is not None and ticked.replace(tzinfo=None) > due
+
+        stack.wait_until(retention_ticked_past_the_lease_and_the_grace, timeout_s=180,
+                         what="the trip to outlast the claim lease and a retention tick after the grace")
+        time.sleep(5)  # the daemon applies the tick's delete requests after the tick
+        with session_scope(stack.engine) as session:
+            abandoned = session.execute(sa.select(sa.func.count()).select_from(MicroBatch)
+                                        .where(MicroBatch.status == "abandoned")).scalar_one()
+        print(f"\nduring the trip: {abandoned} abandoned batch(es); backfill {backfill_status(instance, backfill_id)}")
+        acked = stack.stage_e("trips", "ack", trip_id, "--note", "trip over")
+        assert acked.returncode == 0, acked.stderr
+        stack.wait_until(
+            lambda: stack.idle() and (backfill_status(instance, backfill_id) or "").startswith(("COMPLETED", "FAILED")),
+            timeout_s=400, what="every card processed and the backfill finished after the ack",
+        )
+        assert backfill_status(instance, backfill_id) == "COMPLETED_SUCCESS"
+        assert stack.counts()["evidence_cards"] == cards
+        assert count(DagsterRunStatus.CANCELED) == 0, "a run was cancelled"
+        assert_no_duplicates(stack.engine)
     finally:
         stack.stop()
         stack.engine.dispose()

@@ -27,6 +27,7 @@ from stage_e_dagster.cli.main import app
 from stage_e_dagster.definitions import defs
 from stage_e_dagster.defs.envelope_asset import read_envelope
 from stage_e_dagster.defs.hold import active_dispatch_runs, hold_dispatch, pool_limit, release_hold
+from stage_e_dagster.defs.ledger import ledger_entries
 from stage_e_dagster.defs.resources import StageEResource
 from stage_e_dagster.defs.tags import DISPATCH_POOL, DISPATCH_TAG, PARTITION_TAG
 from stage_e_dagster.dispatch.batches import fail_and_retry, get_batch, take_batch
@@ -107,6 +108,42 @@ def test_a_run_that_no_longer_holds_its_batch_stops_at_the_next_card_and_skips_s
     assert evidence <= 1, f"the run went on with {evidence} cards of a batch it no longer held"
     assert fetchers[0].fetches <= 3
     assert passes == 0, f"Stage D ran over {passes} cards of a batch its run no longer held"
+
+
+def test_stage_d_stops_between_chunks_once_its_batch_was_taken_and_its_ledger_row_says_lost(
+    pipeline: Pipeline, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Issue 31 item 4: another evaluator fails and retries the batch while Stage D runs. Stage D stops at
+    the next chunk instead of voting beside the retry, and the run's ledger entry is ``lost``."""
+    monkeypatch.setenv("STAGE_E_MICRO_BATCH_SIZE", "8")
+    request = pipeline.tick("card_created_sensor").run_requests[0]
+    key = request.partition_key
+    import stage_e_dagster.stage_d.run as stage_d_run
+
+    real_chunk = stage_d_run._run_chunk
+    chunks: list[list[int]] = []
+
+    def chunk_then_steal(engine, ids, run_id, index):  # type: ignore[no-untyped-def]
+        report = real_chunk(engine, ids, run_id, index)
+        chunks.append(list(ids))
+        if len(chunks) == 1:
+            with session_scope(pipeline.engine) as session:
+                batch = get_batch(session, key)
+                assert fail_and_retry(session, batch, reason="run worker died (signal or OOM): exited 0",
+                                      now=utcnow(), max_attempts=3, claim_ttl_s=600, run_id=batch.run_id).recorded
+        return report
+
+    monkeypatch.setattr(stage_d_run, "_run_chunk", chunk_then_steal)
+    outcome = pipeline.run(key, tags=dict(request.tags))
+    assert outcome.success
+    with session_scope(pipeline.engine) as session:
+        voted = set(session.execute(sa.select(StageDPass.card_id).where(StageDPass.run_id == outcome.run_id)).scalars())
+    assert len(chunks) == 1 and voted <= set(chunks[0]), (
+        f"Stage D went on over {len(chunks)} chunks ({sorted(voted)}) of a batch its run no longer held"
+    )
+    entries = [e for e in ledger_entries(pipeline.instance) if e.run_id == outcome.run_id]
+    assert [e.status for e in entries] == ["lost"]
+    assert entries[0].fields["batch_lost"] == 1
 
 
 def test_stage_d_re_executed_alone_refuses_a_batch_another_run_holds(pipeline: Pipeline) -> None:
@@ -319,6 +356,37 @@ def test_a_stale_hold_beside_a_release_never_leaves_the_pool_at_0_without_a_hold
         held = session.get(PoolControl, DISPATCH_POOL).held_at is not None
     assert pool_limit(pipeline.instance) != 0 or held, "the pool was left at 0 with no hold to release it"
     pipeline.tick("card_created_sensor")  # the next tick releases whatever the stale tick held
+    assert pool_limit(pipeline.instance) == 2
+
+
+def test_a_crash_between_the_pool_write_and_the_hold_commit_never_strands_the_pool(
+    pipeline: Pipeline, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Issue 31 item 3: the code server dies right after it set the pool to 0. The hold row must already
+    be committed, so the 0 is never recorded as the limit to give back, nor kept as an operator's."""
+    pipeline.tick("card_created_sensor")
+    assert pool_limit(pipeline.instance) == 2
+    with session_scope(pipeline.engine) as session:
+        trip_id = open_trip(session, "manual", {"note": "maintenance"}).trip_id
+    storage = pipeline.instance.event_log_storage
+    real = storage.set_concurrency_slots
+
+    def write_then_die(pool: str, limit: int) -> None:
+        real(pool, limit)
+        raise SystemExit("code server killed after the pool write")
+
+    monkeypatch.setattr(storage, "set_concurrency_slots", write_then_die)
+    with pytest.raises(SystemExit):
+        hold_dispatch(pipeline.instance, pipeline.engine, trip_id=trip_id, reason="trip")
+    monkeypatch.setattr(storage, "set_concurrency_slots", real)
+    assert pool_limit(pipeline.instance) == 0
+    pipeline.tick("card_created_sensor")  # the restarted code server's tick holds again
+    assert pool_limit(pipeline.instance) == 0
+    with session_scope(pipeline.engine) as session:
+        acknowledge_trip(session, trip_id, note="done", by="ops")
+    pipeline.tick("card_created_sensor")
+    assert pool_limit(pipeline.instance) == 2, "the ack restored this project's own 0 as the pool's limit"
+    pipeline.tick("card_created_sensor")
     assert pool_limit(pipeline.instance) == 2
 
 

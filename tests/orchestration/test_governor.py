@@ -10,6 +10,7 @@ governor's own timestamps moved back, never a sleep.
 from __future__ import annotations
 
 import os
+import threading
 import uuid
 from datetime import timedelta
 from pathlib import Path
@@ -22,7 +23,7 @@ from stage_e_dagster.catalog.base import utcnow
 from stage_e_dagster.catalog.engine import session_scope
 from stage_e_dagster.catalog.models import Card, CardClaim, EnvelopeTrip, PoolControl
 from stage_e_dagster.definitions import defs
-from stage_e_dagster.defs.governor import steer_by_contention
+from stage_e_dagster.defs.contention import steer_by_contention
 from stage_e_dagster.defs.hold import pool_limit
 from stage_e_dagster.defs.sweep import launch_sweep
 from stage_e_dagster.defs.tags import DISPATCH_POOL, dispatch_tags
@@ -243,3 +244,41 @@ def test_an_ack_after_a_fetch_failure_trip_resumes_and_processes_every_held_card
     assert trips(pipeline) == ["fetch_failure_rate"]
     after = counts(pipeline)
     assert after["stage_c_pending"] == 0 and after["stage_d_pending"] == 0
+
+
+@pytest.mark.postgres
+def test_two_threaded_steers_in_one_pass_on_postgresql_halve_once(
+    pg_engine: sa.Engine, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Issue 31 item 6: with threaded sensors both dispatch sensors sample in the same pass. Both pass
+    the unlocked "steered recently?" probe; the second must see the first's decision under the row lock
+    and keep it, not halve again (4 to 1 would reach the trip floor twice as fast)."""
+    pressure = tmp_path / "cpu.pressure"
+    set_pressure(pressure, BUSY_NEIGHBOUR)
+    monkeypatch.setenv("STAGE_E_CPU_PRESSURE_FILE", str(pressure))
+    monkeypatch.delenv("STAGE_E_CPU_PRESSURE_CEILING", raising=False)
+    monkeypatch.setenv("STAGE_E_MAX_CONCURRENT_DISPATCHES", "4")
+    settings = load_settings()
+    with session_scope(pg_engine) as session:
+        session.add(PoolControl(pool=DISPATCH_POOL, governed_limit=4, governed_at=utcnow() - timedelta(seconds=60)))
+    import stage_e_dagster.defs.contention as governor
+
+    real_read, both_sampled = governor.read_contention, threading.Barrier(2)
+
+    def read_together(*args, **kwargs):  # type: ignore[no-untyped-def]
+        sample = real_read(*args, **kwargs)
+        both_sampled.wait(timeout=60)  # both sensors have passed the unlocked probe and sampled
+        return sample
+
+    monkeypatch.setattr(governor, "read_contention", read_together)
+    now, limits = utcnow(), []
+    threads = [threading.Thread(target=lambda: limits.append(
+        steer_by_contention(pg_engine, settings, own_running=0, now=now).governed.limit)) for _ in range(2)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=120)
+    with session_scope(pg_engine) as session:
+        governed = session.get(PoolControl, DISPATCH_POOL).governed_limit
+    assert governed == 2, f"one pass halved the governed concurrency twice: 4 -> {governed}"
+    assert sorted(limits) == [2, 2]

@@ -141,3 +141,31 @@ def test_racing_ticks_never_request_one_card_twice_and_each_image_is_fetched_onc
         evidence = Counter(session.execute(sa.select(ImageEvidence.card_id)).scalars())
     assert set(fetches) == set(range(1, CARDS + 1)) and max(fetches.values()) == 1, fetches.most_common(3)
     assert max(evidence.values()) == 1
+
+
+def test_a_watch_whose_card_another_transaction_holds_stops_after_the_empty_create(
+    pg_pipeline: Pipeline, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Issue 31 item 8: the probe sees a card whose row another transaction holds, and the claim's
+    ``SKIP LOCKED`` passes it by. The tick stops watching after that empty create instead of probing
+    and creating again every quarter second until its watch runs out."""
+    monkeypatch.setenv("STAGE_E_ARRIVAL_WAIT_S", "2")
+    with pg_pipeline.engine.begin() as conn:
+        held = conn.execute(sa.select(sa.func.max(Card.id))).scalar_one()
+        conn.execute(sa.update(Card).where(Card.id != held).values(stage_c_pending=False))
+    import stage_e_dagster.defs.sensors.dispatching as dispatching
+
+    real_wait, probes = dispatching.wait_for_unclaimed, []
+
+    def counted(*args, **kwargs):  # type: ignore[no-untyped-def]
+        probes.append(real_wait(*args, **kwargs))
+        return probes[-1]
+
+    monkeypatch.setattr(dispatching, "wait_for_unclaimed", counted)
+    with pg_pipeline.engine.connect() as holder:
+        holder.begin()
+        holder.execute(sa.select(Card.id).where(Card.id == held).with_for_update())
+        result = pg_pipeline.tick("card_created_sensor")
+        holder.rollback()
+    assert isinstance(result, SensorResult) and not result.run_requests
+    assert probes == [True], f"the watch probed {len(probes)} times for a card it could not claim"

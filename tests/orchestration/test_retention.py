@@ -19,7 +19,7 @@ from stage_e_dagster.defs import retention as batch_retention
 from stage_e_dagster.defs.ledger import ledger_entries
 from stage_e_dagster.defs.resources import StageEResource
 from stage_e_dagster.defs.sensors import retention as sensor_module
-from stage_e_dagster.dispatch.ledger import STAGE_C_FIELDS, STAGE_D_FIELDS, failure_row
+from stage_e_dagster.dispatch.batch_rows import STAGE_C_FIELDS, STAGE_D_FIELDS, failure_row
 from stage_e_dagster.envelope.fetch_window import record_fetch_outcome
 from stage_e_dagster.settings import SettingsError, load_settings
 
@@ -219,3 +219,27 @@ def test_the_ledger_pages_through_every_record_of_the_window(pipeline: Pipeline,
         assert set(STAGE_C_FIELDS) | set(STAGE_D_FIELDS) <= set(entry.fields)
     assert [by_run[r].status for r in failed_runs] == ["failed"] * 3
     assert [e.at for e in entries] == sorted(e.at for e in entries)
+
+
+@pytest.mark.usefixtures("streaming_on")
+def test_a_partition_an_unfinished_backfill_targets_is_never_deleted(
+    pipeline: Pipeline, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Issue 31 item 2: the backfill daemon fails a backfill whose partition was deleted and cancels its
+    queued runs, so an abandoned or expired sweep batch keeps its partition until its backfill ends."""
+    from stage_e_dagster.defs.sweep import launch_sweep
+
+    monkeypatch.setenv("STAGE_E_MICRO_BATCH_SIZE", "3")
+    launch = launch_sweep(pipeline.instance, defs.resolve_asset_graph(), load_settings(), max_batches=3)
+    assert launch.backfill_id is not None and len(launch.batch_keys) >= 2
+    abandoned_key, expired_key = launch.batch_keys[:2]
+    add_batches(pipeline, plain_abandoned=("abandoned", 1))  # no backfill: goes after the grace
+    with session_scope(pipeline.engine) as session:
+        for key, status, age in ((abandoned_key, "abandoned", timedelta(hours=1)),
+                                 (expired_key, "failed", timedelta(days=30))):
+            batch = session.get(MicroBatch, key)
+            batch.status, batch.finished_at = status, utcnow() - age
+    first = pipeline.tick(SENSOR)
+    assert deletes_requested(first) == ["plain_abandoned"], skip_text(first)
+    pipeline.tick(SENSOR)
+    assert {abandoned_key, expired_key} <= partition_keys(pipeline) & batch_keys(pipeline)

@@ -13,7 +13,7 @@ from stage_e_dagster.catalog.engine import session_scope
 from stage_e_dagster.catalog.models import Card, EnvelopeTrip, FetchOutcome, ImageEvidence, MicroBatch, PrintingVote
 from stage_e_dagster.cli.main import app
 from stage_e_dagster.defs.ledger import ledger_entries
-from stage_e_dagster.dispatch.ledger import STAGE_C_FIELDS, STAGE_D_FIELDS
+from stage_e_dagster.dispatch.batch_rows import STAGE_C_FIELDS, STAGE_D_FIELDS
 from stage_e_dagster.envelope.trips import acknowledge_trip, current_open_trip
 
 from .conftest import ImageServer, Pipeline

@@ -18,7 +18,7 @@ from stage_e_dagster.catalog.backlog import STAGE_C_PENDING, requeue_config_refu
 from stage_e_dagster.catalog.base import utcnow
 from stage_e_dagster.catalog.engine import session_scope
 from stage_e_dagster.catalog.models import Card, FetchOutcome, ImageEvidence
-from stage_e_dagster.defs.governor import has_unclaimed
+from stage_e_dagster.defs.contention import has_unclaimed
 from stage_e_dagster.stage_c.backlog import mark_image_changed
 from stage_e_dagster.stage_c.compute import locator_key, sha256_hex
 from stage_e_dagster.stage_c.fetch import REFUSING_SETTINGS

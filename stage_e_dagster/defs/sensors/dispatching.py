@@ -25,17 +25,17 @@ from ...dispatch.guard import FLAG_OFF, check_gate
 from ...dispatch.sizing import max_batches_per_tick, plan_for_tick
 from ...settings import Settings, settings_fingerprint
 from ...stage_c.rollout import rollout_step
-from ..dagster_internals import ACTIVE_RUN_STATUSES
-from ..governor import (
+from ..contention import (
     governor_observation,
     has_batch_in_flight,
     has_unclaimed,
     standing_limit,
     steer_by_contention,
 )
-from ..hold import active_dispatch_runs, apply_pool_setting, hold_dispatch, release_hold
+from ..dagster_internals import ACTIVE_RUN_STATUSES
+from ..hold import active_dispatch_runs, apply_pool_setting, hold_dispatch, pool_limit, release_hold
 from ..partitions import micro_batches
-from ..reconcile import Reconciled, reconcile
+from ..reconcile import Reconciled, reconcile, request_due
 from ..resources import StageEResource
 from ..sensor_context import sensor_instance
 from ..tags import dispatch_tags
@@ -101,10 +101,9 @@ def dispatch_tick(
             notes.append(f"settings changed: {allowed} card(s) waiting on configuration back in the Stage C backlog")
         done = reconcile(instance, engine, settings, now=now)
     per_tick = max_batches_per_tick(settings)
-    requeue = done.requests[:per_tick]
     active = active_dispatch_runs(instance)
     governed = standing_limit(engine, settings.max_concurrent_dispatches)
-    if requeue or has_unclaimed(engine, predicate, now=now) or has_batch_in_flight(engine):
+    if done.due or has_unclaimed(engine, predicate, now=now) or has_batch_in_flight(engine):
         own_running = sum(1 for run in active if run.status in RUNNING)
         steering = steer_by_contention(engine, settings, own_running=own_running, now=now)
         if steering.trip_id is not None:  # what reconciling settled still goes in the ledger
@@ -117,6 +116,9 @@ def dispatch_tick(
             notes.append(steering.governed.reason)
             done.observations.append(governor_observation(steering))
         governed = steering.governed.limit
+    # Marked requested only now that this tick emits them, and no more than it emits: a batch marked
+    # and left out waits REQUEST_GRACE before it is requested again.
+    requeue = request_due(engine, settings, done.due, now=now, limit=per_tick)
     # The pool follows the governed concurrency, so the backfill daemon starts a sweep's runs under it too.
     pool_cap = apply_pool_setting(instance, engine, governed)
     cap = min(pool_cap, governed) if pool_cap is not None else governed
@@ -129,6 +131,7 @@ def dispatch_tick(
     # so a tick never outlasts the daemon's pass because reconciling was slow.
     slot_free = in_flight + len(requeue) < cap
     watch_until = started + (settings.arrival_wait_s if wait_for_arrivals and slot_free else 0.0)
+    watched = False
     while True:
         with session_scope(engine) as session:
             plan = plan_for_tick(
@@ -146,10 +149,14 @@ def dispatch_tick(
                 seeds_after=cursor if use_cursor else None,
             )
         # Idle with free slots: watch for the next card until the watch ends, then batch it in this tick.
-        if fresh.batches or requeue or plan.max_batches == 0 or time.monotonic() >= watch_until:
+        # A watch whose card could not be claimed (another selector won it, or on PostgreSQL another
+        # transaction holds its row and SKIP LOCKED passes it by) ends there: probing again would find
+        # the same row every POLL_S until the watch ran out.
+        if fresh.batches or requeue or plan.max_batches == 0 or watched or time.monotonic() >= watch_until:
             break
         if not wait_for_unclaimed(engine, predicate, until=watch_until):
             break
+        watched = True
         now = utcnow()
         with session_scope(engine) as session:
             verdict = check_gate(session, settings)
@@ -158,6 +165,12 @@ def dispatch_tick(
                 context.log.info("; ".join(notes + done.notes))
             return SensorResult(skip_reason=verdict.reason, asset_events=done.observations,
                                 cursor=context.cursor if use_cursor else None)
+        # Runs started or ended while the tick watched: plan the card with the runs and slots of now.
+        active = active_dispatch_runs(instance)
+        in_flight = len(active)
+        pool_cap = pool_limit(instance)
+        cap = min(pool_cap, governed) if pool_cap is not None else governed
+        queue_ahead = pool_cap is not None and cap == pool_cap
     new_cursor = str(max(cursor, fresh.highest_seed_id or 0)) if use_cursor else None
     batches = requeue + fresh.batches
     notes += done.notes

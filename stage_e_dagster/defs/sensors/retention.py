@@ -52,7 +52,8 @@ def retention_sensor(context: SensorEvaluationContext) -> SensorResult:
         forgotten = forget_batches(session, expired.unpartitioned)
         pruned = prune_fetch_outcomes(session, keep)
         abandoned = abandoned_partitions(
-            session, instance, after=load_cursor(context.cursor), now=utcnow(), limit=BATCHES_PER_TICK
+            session, instance, after=load_cursor(context.cursor), now=utcnow(), limit=BATCHES_PER_TICK,
+            grace=timedelta(seconds=settings.abandoned_grace_s),
         )
     summary = (
         f"finished batches older than {settings.retention_days} day(s): "

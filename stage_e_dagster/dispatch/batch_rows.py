@@ -34,6 +34,7 @@ STAGE_D_FIELDS = (
     "stage_d_slow_path_routed",
     "stage_d_abstentions",
     "consensus_changed",
+    "batch_lost",
 )
 
 
@@ -93,7 +94,10 @@ def stage_d_row(
     envelope_trip_id: str | None,
     cards_done: int | None = None,
     stopped_by_trip: str | None = None,
+    batch_lost: bool = False,
 ) -> dict[str, Any]:
+    """``batch_lost``: the run could not mark its batch succeeded (another evaluator took it), so the
+    reader counts the row ``lost``, not ``completed``: the retry owns those cards."""
     row = _common(batch, peak_rss_mb=peak_rss_mb, elapsed_s=elapsed_s, lockout_trip_id=lockout_trip_id)
     row.update(stopped_fields(cards_done=cards_done or 0, stopped_by_trip=stopped_by_trip))
     row.update(
@@ -103,6 +107,7 @@ def stage_d_row(
         stage_d_abstentions=report.abstentions,
         consensus_changed=report.consensus_changed,
         envelope_trip_id=envelope_trip_id or "",
+        batch_lost=int(batch_lost),
     )
     return row
 
