@@ -1,6 +1,6 @@
 """Cards per second through real Dagster runs of ``stage_e_dispatch`` against a plain Python loop.
 
-One synthetic corpus is seeded once (``seed_corpus``: rendered images, real Tesseract in Stage C);
+One synthetic corpus is seeded once (``seed_corpus``: rendered images, the real PP-OCR reader in Stage C);
 every arm gets a fresh copy of that catalogue, so each processes exactly the same cards from the
 same starting state. For each batch size (default 25, the setting's default, and 100):
 
@@ -186,7 +186,7 @@ def launched_batch(instance: DagsterInstance, url: str, card_ids: list[int], hom
 
 
 def warm_up(template: Path, folder: Path, instance: DagsterInstance) -> None:
-    """One tiny batch through each path first: imports, Tesseract's first start, the name index."""
+    """One tiny batch through each path first: imports, the OCR model's first load, the name index."""
     os.environ["STAGE_E_MICRO_BATCH_SIZE"] = "2"
     url = fresh_copy(template, folder, "warmup")
     plain_batch(url, [1, 2], run_id="warmup-plain")

@@ -1,7 +1,7 @@
 """Synthetic scores per condition of the photo-like corpus: where today's Stage C and Stage D fail.
 
 Seeds ``stage-e seed --photo-like`` into a throwaway SQLite catalogue (every condition the same
-number of cards), runs Stage C (real localisation and Tesseract) and Stage D over it in this
+number of cards), runs Stage C (real localisation and the PP-OCR reader) and Stage D over it in this
 process, as ``stage-e bulk --stage all`` does, and prints one row per condition: cards, collector
 numbers read right (of the cards that print one), set codes read right (of those that print one),
 machine votes, wrong machine votes and the votes the art fallback cast; then, per condition, what

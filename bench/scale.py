@@ -2,7 +2,7 @@
 
 Three parts, each a ratio against a baseline measured in the same run:
 
-  1. dispatch: one seeded corpus (rendered images, real Tesseract), two copies of its catalogue. The
+  1. dispatch: one seeded corpus (rendered images, the real PP-OCR reader), two copies of its catalogue. The
      baseline drains one with ``stage-e bulk --stage all --workers 1``; the other is drained by the
      real ``dagster-daemon`` on the project's workspace and ``dagster.yaml`` (runs launched as
      processes, as the other daemon benches do), at the shipped settings (envelope bars included)
