@@ -44,6 +44,8 @@ TITLE_BAND = 0.10
 ABOVE_MARGIN = 0.05
 SIDE_MARGIN = 0.06
 MAX_UPSCALE = 4.0
+# A band larger than the first look's copy is detected in two overlapping parts (see _detect_in_parts).
+BAND_PART_PIXELS = DETECT_SIDE * DETECT_SIDE * 3 // 4
 
 
 @dataclass(frozen=True)
@@ -276,7 +278,7 @@ def _strip(bgr: np.ndarray, frame: "_Frame", top: float, bottom: float, left: fl
     target = np.array([[0, 0], [out_w, 0], [out_w, out_h], [0, out_h]], dtype=np.float32)
     band = cv2.warpPerspective(bgr, cv2.getPerspectiveTransform(corners, target), (out_w, out_h),
                                borderMode=cv2.BORDER_REPLICATE, flags=cv2.INTER_CUBIC)
-    raw = text_model.detect(band)
+    raw = _detect_in_parts(band)
     boxes = []
     for box in raw:
         xs, ys = box[:, 0], box[:, 1]
@@ -285,6 +287,36 @@ def _strip(bgr: np.ndarray, frame: "_Frame", top: float, bottom: float, left: fl
     ordered = [(_Box(_ordered(b.corners, np.array([1.0, 0.0]), np.array([0.0, 1.0])), b.across, b.depth, b.width,
                      b.height), end) for b in boxes]
     return _recognise(band, ordered)
+
+
+def _detect_in_parts(band: np.ndarray) -> np.ndarray:
+    """The band's line boxes, detected in overlapping upper and lower parts when it is larger than the
+    first look's copy: the detector's memory grows with the pixels it is given (about 210 MB a
+    megapixel), and the parts overlap by more than a row, so every row lies whole in one part. A
+    row found in both is kept once."""
+    height, width = band.shape[:2]
+    if height * width <= BAND_PART_PIXELS or height < 16:
+        return text_model.detect(band)
+    part = max(8, min(height, BAND_PART_PIXELS // width))
+    part = max(part, round(height * 0.6))
+    found: list[np.ndarray] = []
+    for top in sorted({0, height - part}):
+        for box in text_model.detect(band[top:top + part]):
+            box = box + np.array([0.0, top], dtype=np.float32)
+            if not any(_same_line(box, kept) for kept in found):
+                found.append(box)
+    return np.array(found, dtype=np.float32) if found else np.zeros((0, 4, 2), dtype=np.float32)
+
+
+def _same_line(a: np.ndarray, b: np.ndarray) -> bool:
+    """Two boxes of one line: their bounding rectangles overlap by half the smaller one's area."""
+    (ax0, ay0), (ax1, ay1) = a.min(axis=0), a.max(axis=0)
+    (bx0, by0), (bx1, by1) = b.min(axis=0), b.max(axis=0)
+    w, h = min(ax1, bx1) - max(ax0, bx0), min(ay1, by1) - max(ay0, by0)
+    if w <= 0 or h <= 0:
+        return False
+    smaller = min((ax1 - ax0) * (ay1 - ay0), (bx1 - bx0) * (by1 - by0))
+    return w * h >= 0.5 * smaller
 
 
 @dataclass(frozen=True)
