@@ -163,7 +163,10 @@ def report(corpus: str, images: list[Image], new: ArmResult, today: ArmResult | 
               f"{today.peak_rss_mb:.0f} MB")
         print(f"[{corpus}] ratio PP-OCR / today: CPU per card median {median / t_median:.2f}, p90 {p90 / t_p90:.2f}; "
               f"numbers read {read} vs {t_read}")
-        out.update(today_median_s=t_median, today_p90_s=t_p90, today_read=t_read)
+        only_today = [Path(im.path).name for im in images if im.number
+                      and _key(today.numbers.get(im.path)) == _key(im.number) != _key(new.numbers.get(im.path))]
+        print(f"[{corpus}] numbers today's reader read and PP-OCR did not: {', '.join(only_today) or 'none'}")
+        out.update(today_median_s=t_median, today_p90_s=t_p90, today_read=t_read, only_today=len(only_today))
     return out
 
 

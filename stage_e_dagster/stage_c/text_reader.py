@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from typing import Callable, Sequence
+from typing import Callable, Sequence, TypeVar
 
 import numpy as np
 from PIL import Image
@@ -88,21 +88,30 @@ class CardText:
         return join_rows(lines)
 
 
-def join_rows(lines: Sequence[TextLine]) -> list[str]:
-    """Boxes whose vertical centres lie within half a line height of each other form one row,
-    read left to right."""
-    rows: list[list[TextLine]] = []
-    for line in sorted(lines, key=lambda ln: ln.top + ln.height / 2):
-        centre = line.top + line.height / 2
+Item = TypeVar("Item", "TextLine", "_Box")
+
+
+def group_rows(items: Sequence[Item], top: Callable[[Item], float],
+               height: Callable[[Item], float]) -> list[list[Item]]:
+    """Items, top to bottom, in printed rows: an item whose vertical centre lies within half the row's
+    smallest height of the row's mean centre joins that row."""
+    rows: list[list[Item]] = []
+    for item in sorted(items, key=lambda it: top(it) + height(it) / 2):
+        centre = top(item) + height(item) / 2
         if rows:
             last = rows[-1]
-            last_centre = sum(ln.top + ln.height / 2 for ln in last) / len(last)
-            tol = 0.5 * max(min(ln.height for ln in last), line.height * 0.5)
-            if abs(centre - last_centre) <= tol:
-                last.append(line)
+            last_centre = sum(top(it) + height(it) / 2 for it in last) / len(last)
+            if abs(centre - last_centre) <= 0.5 * min(height(it) for it in last):
+                last.append(item)
                 continue
-        rows.append([line])
-    return [" ".join(ln.text for ln in sorted(row, key=lambda ln: ln.left) if ln.text) for row in rows]
+        rows.append([item])
+    return rows
+
+
+def join_rows(lines: Sequence[TextLine]) -> list[str]:
+    """The lines' text row by row, boxes on one printed row joined left to right."""
+    return [" ".join(ln.text for ln in sorted(row, key=lambda ln: ln.left) if ln.text)
+            for row in group_rows(lines, lambda ln: ln.top, lambda ln: ln.height)]
 
 
 Confirms = Callable[["CardText"], bool]
@@ -226,17 +235,7 @@ def _flip(box: _Box) -> _Box:
 
 
 def _rows_of(boxes: list[_Box]) -> list[list[_Box]]:
-    rows: list[list[_Box]] = []
-    for box in sorted(boxes, key=lambda b: b.depth + b.height / 2):
-        centre = box.depth + box.height / 2
-        if rows:
-            last = rows[-1]
-            last_centre = sum(b.depth + b.height / 2 for b in last) / len(last)
-            if abs(centre - last_centre) <= 0.5 * min(b.height for b in last):
-                last.append(box)
-                continue
-        rows.append([box])
-    return rows
+    return group_rows(boxes, lambda b: b.depth, lambda b: b.height)
 
 
 def _recognise(bgr: np.ndarray, boxes: list[tuple[_Box, str]]) -> list[TextLine]:
