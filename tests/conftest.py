@@ -24,6 +24,11 @@ PG_SERVER_URL = os.environ.get("STAGE_E_TEST_PG_URL", "postgresql+psycopg2://pos
 for _name in list(os.environ):
     if _name.startswith("STAGE_E_") and _name != "STAGE_E_TEST_PG_URL":
         del os.environ[_name]
+# Tests that go through settings (the CLI, daemons, runs, the benchmarks' smoke runs) need Stage C to
+# have run, not to read well: the reader's cheap pass keeps them short. The reader's own tests call
+# Stage C directly, whose default is the full pass; a test that wants the full pass through settings
+# sets STAGE_E_OCR_PASS=full itself.
+os.environ["STAGE_E_OCR_PASS"] = "cheap"
 
 
 @pytest.fixture(scope="session")

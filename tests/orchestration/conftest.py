@@ -35,13 +35,6 @@ from stage_e_dagster.defs.resources import StageEResource
 INSTANCE_OVERRIDES = {"concurrency": {"pools": {"granularity": "run", "default_limit": 2}}}
 
 
-@pytest.fixture(autouse=True)
-def cheap_reading(monkeypatch: pytest.MonkeyPatch) -> None:
-    """These tests need Stage C to have run, not to read well: the reader's cheap pass (one small look,
-    three lines) keeps their runs short. The reader's own tests (tests/stage_c) use the full pass."""
-    monkeypatch.setenv("STAGE_E_OCR_PASS", "cheap")
-
-
 def free_port() -> int:
     """A TCP port on 127.0.0.1 that nothing listens on right now."""
     with socket.socket() as probe:
