@@ -13,7 +13,7 @@ def test_defaults_ship_streaming_off_with_the_documented_values(tmp_path: Path) 
     assert s.arrival_wait_s == 3.5  # an idle card_created tick watches for new cards this long
     assert s.max_concurrent_dispatches == max(1, int(usable_cpus()))  # one dispatch run per usable CPU
     assert s.cpu_pressure_ceiling == 75.0 and s.cpu_pressure_soft_bar == 25.0
-    assert s.rss_mb_ceiling == 512
+    assert s.rss_mb_ceiling == 768
     assert s.fetch_failure_rate_ceiling == 0.01
     assert s.fetch_failure_window == 500
     assert s.host_load_ceiling == usable_cpus() and s.host_load_soft_bar == 0.75 * usable_cpus()
