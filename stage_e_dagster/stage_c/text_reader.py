@@ -5,8 +5,8 @@ the detected boxes (their long axis) and the direction classifier (upright or tu
 sideways or upside-down card reads like an upright one, and nothing depends on where the card was
 guessed to be. Only the lines at the two ends of the card's text are recognised, cropped from the
 full-resolution upload: the title end (the name) and the collector end (collector line, credit,
-legal line). When that gives no reading the catalogue confirms, the region of the text is detected
-again at a higher resolution and every line in it is read.
+legal line). When that gives no reading the catalogue confirms, a band at each end of the text's
+region is detected again, enlarged, and every line in it is read.
 """
 
 from __future__ import annotations
@@ -28,7 +28,7 @@ CLOSE_SIDE = 1600
 # Rows read at each end of the card's text on the first pass.
 TITLE_ROWS = 2
 COLLECTOR_ROWS = 4
-# Lines the direction classifier looks at (the longest ones), and the margin of votes it needs.
+# Lines the direction classifier looks at (the longest ones).
 DIRECTION_SAMPLE = 5
 # Boxes at least this much longer than high say which way the text runs.
 LINE_ASPECT = 2.0
@@ -59,7 +59,7 @@ class TextLine:
     top: float
     width: float
     height: float
-    end: str  # "title", "collector" or "body"
+    end: str  # "title" or "collector"
 
 
 @dataclass
@@ -137,11 +137,13 @@ def _resized(bgr: np.ndarray, side: int) -> tuple[np.ndarray, float]:
     return cv2.resize(bgr, (max(1, round(w * scale)), max(1, round(h * scale))), interpolation=interpolation), scale
 
 
-def _long_axis(box: np.ndarray) -> tuple[float, float]:
-    """The box's long-axis direction (degrees in [0, 180), image y downward) and its length."""
+def _long_axis(box: np.ndarray) -> tuple[float, float, float]:
+    """The box's long-axis direction (degrees in [0, 180), image y downward), its length and its width
+    across (at least 1)."""
     e1, e2 = box[1] - box[0], box[2] - box[1]
-    edge = e1 if np.hypot(*e1) >= np.hypot(*e2) else e2
-    return math.degrees(math.atan2(float(edge[1]), float(edge[0]))) % 180.0, float(np.hypot(*edge))
+    long, short = (e1, e2) if np.hypot(*e1) >= np.hypot(*e2) else (e2, e1)
+    angle = math.degrees(math.atan2(float(long[1]), float(long[0]))) % 180.0
+    return angle, float(np.hypot(*long)), max(1.0, float(np.hypot(*short)))
 
 
 def text_direction(boxes: np.ndarray) -> float:
@@ -150,9 +152,7 @@ def text_direction(boxes: np.ndarray) -> float:
     box's print beside the card must not outvote the card's many lines); 0 when no box is a line."""
     sums = np.zeros(2)
     for box in boxes:
-        angle, length = _long_axis(box)
-        e1, e2 = box[1] - box[0], box[2] - box[1]
-        short = max(1.0, float(min(np.hypot(*e1), np.hypot(*e2))))
+        angle, length, short = _long_axis(box)
         if length / short < LINE_ASPECT:
             continue
         doubled = math.radians(2 * angle)
@@ -202,6 +202,11 @@ class _Box:
     width: float
     height: float
 
+    @property
+    def runs_with_text(self) -> bool:
+        """A line along the text, not a stroke across it."""
+        return self.width >= LINE_ASPECT * self.height
+
 
 def _boxes(raw: np.ndarray, scale: float, offset: np.ndarray, along: np.ndarray, down: np.ndarray) -> list[_Box]:
     found = []
@@ -218,7 +223,7 @@ def _upside_down(bgr: np.ndarray, boxes: list[_Box]) -> bool:
     """Whether the text reads upside down in the frame: a score-weighted vote of the classifier over
     the longest lines."""
     # Lines that run with the text only: a stroke of writing across it says nothing of the card.
-    lines = [b for b in boxes if b.width >= LINE_ASPECT * b.height] or boxes
+    lines = [b for b in boxes if b.runs_with_text] or boxes
     longest = sorted(lines, key=lambda b: b.width, reverse=True)[:DIRECTION_SAMPLE]
     crops = [_crop(bgr, b.corners) for b in longest]
     crops = [c for c in crops if c.size]
@@ -246,13 +251,16 @@ def _recognise(bgr: np.ndarray, boxes: list[tuple[_Box, str]]) -> list[TextLine]
             for (b, end), t in zip(boxes, texts) if t.text.strip()]
 
 
-def _ends(boxes: list[_Box]) -> list[tuple[_Box, str]]:
-    """The boxes of the rows at each end of the text. With no more rows than the collector end takes
-    (a crop of the bottom lines, a full-art card's few lines), every row is the collector end's and
-    none is taken for a title."""
-    rows = _rows_of(boxes)
+def _has_title(rows: list[list[_Box]]) -> bool:
+    """With no more rows than the collector end takes (a crop of the bottom lines, a full-art card's
+    few lines), every row is the collector end's and none is taken for a title."""
+    return len(rows) > COLLECTOR_ROWS
+
+
+def _ends(rows: list[list[_Box]]) -> list[tuple[_Box, str]]:
+    """The boxes of the rows at each end of the text."""
     chosen: list[tuple[_Box, str]] = []
-    has_title = len(rows) > COLLECTOR_ROWS
+    has_title = _has_title(rows)
     for i, row in enumerate(rows):
         end = "title" if has_title and i < TITLE_ROWS else "collector" if i >= len(rows) - COLLECTOR_ROWS else None
         if end is not None:
@@ -277,15 +285,14 @@ def _strip(bgr: np.ndarray, frame: "_Frame", top: float, bottom: float, left: fl
     target = np.array([[0, 0], [out_w, 0], [out_w, out_h], [0, out_h]], dtype=np.float32)
     band = cv2.warpPerspective(bgr, cv2.getPerspectiveTransform(corners, target), (out_w, out_h),
                                borderMode=cv2.BORDER_REPLICATE, flags=cv2.INTER_CUBIC)
-    raw = _detect_in_parts(band)
+    # The band is upright already: its own x and y are along and down the text.
+    along, down = np.array([1.0, 0.0]), np.array([0.0, 1.0])
     boxes = []
-    for box in raw:
-        xs, ys = box[:, 0], box[:, 1]
-        boxes.append(_Box(box, left + float(xs.min()) / scale, top + float(ys.min()) / scale,
-                          float(xs.max() - xs.min()) / scale, float(ys.max() - ys.min()) / scale))
-    ordered = [(_Box(_ordered(b.corners, np.array([1.0, 0.0]), np.array([0.0, 1.0])), b.across, b.depth, b.width,
-                     b.height), end) for b in boxes]
-    return _recognise(band, ordered)
+    for box in _detect_in_parts(band):
+        (x0, y0), (x1, y1) = box.min(axis=0), box.max(axis=0)
+        boxes.append((_Box(_ordered(box, along, down), left + float(x0) / scale, top + float(y0) / scale,
+                           float(x1 - x0) / scale, float(y1 - y0) / scale), end))
+    return _recognise(band, boxes)
 
 
 def _detect_in_parts(band: np.ndarray) -> np.ndarray:
@@ -348,11 +355,12 @@ def read_card_text(image: Image.Image, confirms: Confirms | None = None, *, chea
         boxes = [_flip(b) for b in boxes]
         along, down = -along, -down
     result = CardText(rotation=_quarter_turns(angle), angle_deg=round(angle, 2), detected=len(boxes))
-    aligned = [b for b in boxes if b.width >= LINE_ASPECT * b.height]
+    aligned = [b for b in boxes if b.runs_with_text]
     if aligned:
         reach = max(b.across + b.width for b in aligned) - min(b.across for b in aligned)
         result.spread, result.aligned = round(reach / max(b.width for b in aligned), 3), len(aligned)
-    result.lines = _recognise(bgr, _ends(boxes))
+    rows = _rows_of(boxes)
+    result.lines = _recognise(bgr, _ends(rows))
     result.passes = ("ends",)
     if not boxes or (confirms is not None and confirms(result)):
         return result
@@ -368,7 +376,7 @@ def read_card_text(image: Image.Image, confirms: Confirms | None = None, *, chea
     collector = _strip(bgr, frame, bottom - span_h * COLLECTOR_BAND, bottom + span_h * BELOW_MARGIN, left, right,
                        "collector")
     title = (_strip(bgr, frame, top - span_h * ABOVE_MARGIN, top + span_h * TITLE_BAND, left, right, "title")
-             if len(_rows_of(boxes)) > COLLECTOR_ROWS else [])
+             if _has_title(rows) else [])
     result.lines = (title or result.at("title")) + (collector or result.at("collector"))
     result.passes = ("ends", "close")
     return result
