@@ -156,6 +156,15 @@ class LineParse:
         return self.number is not None or self.set_code is not None
 
 
+def normalize_collector_number(number: str | None) -> str:
+    """A catalogue's collector number as both stages compare it: lower-case with leading zeros dropped
+    (``"041"`` -> ``"41"``, ``"★007"`` -> ``"★7"``); blank for None."""
+    if not number:
+        return ""
+    text = number.strip().lower()
+    return re.sub(r"^([★*]?)0+(?=\d)", r"\1", text)
+
+
 def number_key(raw: str) -> str:
     """A printed number as the catalogue compares it: look-alike letters as digits, no leading zeros."""
     digits = raw.replace(" ", "").translate(DIGIT_LOOKALIKES).lower()

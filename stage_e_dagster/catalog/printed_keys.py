@@ -14,12 +14,9 @@ from dataclasses import dataclass
 
 import sqlalchemy as sa
 
-from .collector_line import LineParse
+from .collector_line import LineParse, normalize_collector_number
 from .models import Expansion, Printing
-
-
-def _number_key(number: str) -> str:
-    return number.strip().lower().lstrip("0") or "0"
+from .stamp import catalogue_stamp
 
 
 @dataclass(frozen=True)
@@ -43,22 +40,12 @@ class PrintedKeys:
         return False
 
 
-def _stamp(conn: sa.Connection) -> tuple[int, ...]:
-    row = conn.execute(sa.select(
-        sa.select(sa.func.count()).select_from(Printing).scalar_subquery(),
-        sa.select(sa.func.coalesce(sa.func.max(Printing.id), 0)).scalar_subquery(),
-        sa.select(sa.func.count()).select_from(Expansion).scalar_subquery(),
-        sa.select(sa.func.count(Expansion.printed_size)).scalar_subquery(),
-    )).one()
-    return tuple(int(v) for v in row)
-
-
 def _build(conn: sa.Connection) -> PrintedKeys:
     numbers: dict[str, set[str]] = defaultdict(set)
     rows = conn.execute(sa.select(Expansion.code, Printing.collector_number)
                         .join(Expansion, Expansion.id == Printing.expansion_id))
     for code, number in rows:
-        numbers[code.lower()].add(_number_key(number))
+        numbers[code.lower()].add(normalize_collector_number(number))
     sizes: dict[int, set[str]] = defaultdict(set)
     codes = set()
     for code, size in conn.execute(sa.select(Expansion.code, Expansion.printed_size)):
@@ -77,7 +64,7 @@ def printed_keys(engine: sa.Engine) -> PrintedKeys:
     """The keys of ``engine``'s catalogue, rebuilt only when its printings or sets changed."""
     key = engine.url.render_as_string(hide_password=True)
     with engine.connect() as conn:
-        stamp = _stamp(conn)
+        stamp = catalogue_stamp(conn)
         with _LOCK:
             cached = _CACHE.get(key)
         if cached is not None and cached[0] == stamp:

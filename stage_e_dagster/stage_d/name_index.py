@@ -20,6 +20,7 @@ import sqlalchemy as sa
 from sqlalchemy.orm import Session
 
 from ..catalog.models import Expansion, Printing
+from ..catalog.stamp import catalogue_stamp
 from .names import collapse, face_names, normalize_collector_number, normalize_name, strip_upload_noise
 
 
@@ -76,24 +77,6 @@ class NameIndex:
 
     def _match(self, key: str, tier: str) -> CandidateMatch:
         return CandidateMatch(self.by_name[key], tier, self.printed_langs.get(key, frozenset()))
-
-
-def catalogue_stamp(session: Session) -> tuple[int, ...]:
-    """Counts and highest ids of printings and expansions, and how many printings carry a printed name.
-
-    The last figure moves when a re-import fills printed names in place (no row added), so every
-    process sees them, not only the one that imported.
-    """
-    row = session.execute(
-        sa.select(
-            sa.select(sa.func.count()).select_from(Printing).scalar_subquery(),
-            sa.select(sa.func.coalesce(sa.func.max(Printing.id), 0)).scalar_subquery(),
-            sa.select(sa.func.count()).select_from(Expansion).scalar_subquery(),
-            sa.select(sa.func.coalesce(sa.func.max(Expansion.id), 0)).scalar_subquery(),
-            sa.select(sa.func.count(Printing.printed_name)).scalar_subquery(),
-        )
-    ).one()
-    return tuple(int(v) for v in row)
 
 
 def build_name_index(session: Session, stamp: tuple[int, ...] | None = None) -> NameIndex:

@@ -5,6 +5,8 @@ from __future__ import annotations
 import re
 import unicodedata
 
+from ..catalog.collector_line import normalize_collector_number  # noqa: F401  (the stages share one rule)
+
 _EXTENSION = re.compile(r"\.(png|jpe?g|webp|gif|bmp|tiff?)$", re.IGNORECASE)
 _COPY_SUFFIX = re.compile(r"\s*(-\s*copy(\s*\(\d+\))?|\(\d+\)|\bcopy)\s*$", re.IGNORECASE)
 _COPY_PREFIX = re.compile(r"^\s*copy of\s+", re.IGNORECASE)
@@ -54,11 +56,3 @@ def strip_upload_noise(name: str) -> str:
 def collapse(normalized: str) -> str:
     """The spaceless form used to undo names whose spaces were lost (``"lightningbolt"``)."""
     return normalized.replace(" ", "")
-
-
-def normalize_collector_number(number: str | None) -> str:
-    """Lower-case with leading zeros dropped (``"041"`` -> ``"41"``, ``"★007"`` -> ``"★7"``); blank for None."""
-    if not number:
-        return ""
-    text = number.strip().lower()
-    return re.sub(r"^([★*]?)0+(?=\d)", r"\1", text)
