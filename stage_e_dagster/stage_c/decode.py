@@ -14,10 +14,11 @@ from PIL import Image, ImageOps, UnidentifiedImageError
 
 # A 600 DPI card with bleed is about 4,200 x 5,700 = 24 Mpx; far beyond that is a bomb, not a card.
 DEFAULT_MAX_PIXELS = 40_000_000
-# A JPEG at least twice this long is decoded at a half (quarter, eighth) of its size, never below this:
-# the decoder's own DCT scaling is four times cheaper than a full decode, and a 12 Mpx phone photo held
-# whole cost a run worker 36 MB per copy for detail no extractor reads (the collector line's type stays
-# 15 px and more on a card that fills a third of the frame).
+# The long side an upload is read at. A larger JPEG is decoded at a half (quarter, eighth) of its size,
+# never below this (the decoder's own DCT scaling is four times cheaper than a full decode), and what is
+# still larger is resized to it: an 8-12 Mpx photo held whole cost a run worker 23-36 MB per copy, the
+# localised card warped from it as much again, and every later step the CPU, for detail no extractor
+# reads (the collector line's type stays 15 px and more on a card that fills a third of the frame).
 DECODE_SIDE = 2000
 
 
@@ -38,7 +39,8 @@ class Decoded:
 
 def decode_image(data: bytes, *, max_pixels: int = DEFAULT_MAX_PIXELS, side: int | None = DECODE_SIDE) -> Decoded:
     """Open and fully load ``data``; the pixel count is checked from the header before any pixel is decoded.
-    A JPEG at least twice ``side`` long is decoded scaled down by its decoder (None: always whole)."""
+    An image longer than ``side`` is read at that long side, a JPEG scaled down by its decoder first
+    (None: always whole)."""
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("error", Image.DecompressionBombWarning)
@@ -74,5 +76,9 @@ def decode_image(data: bytes, *, max_pixels: int = DEFAULT_MAX_PIXELS, side: int
         pass  # an unreadable EXIF block is not a reason to lose the picture: keep it as stored
     if image.mode != "RGB":
         image = image.convert("RGB")
+    if side is not None and max(image.size) > side:
+        scale = side / max(image.size)
+        image = image.resize((max(1, round(image.size[0] * scale)), max(1, round(image.size[1] * scale))),
+                             Image.Resampling.BILINEAR, reducing_gap=2.0)
     turned = (image.size[0] > image.size[1]) != (width > height)
     return Decoded(image, fmt, None, *((height, width) if turned else (width, height)))
