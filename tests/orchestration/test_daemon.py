@@ -13,7 +13,7 @@ import signal
 import subprocess
 import sys
 import time
-from datetime import timedelta
+from datetime import timedelta, timezone
 from pathlib import Path
 from typing import Callable, Iterator
 
@@ -25,7 +25,7 @@ from dagster._core.instance.ref import InstanceRef
 
 from stage_e_dagster.catalog.base import utcnow
 from stage_e_dagster.catalog.engine import make_engine, session_scope
-from stage_e_dagster.catalog.models import Card, CardClaim, ImageEvidence, MicroBatch, PrintingVote, SensorHeartbeat
+from stage_e_dagster.catalog.models import Card, CardClaim, ImageEvidence, MicroBatch, PrintingVote
 from stage_e_dagster.corpus.seed import seed_corpus
 from stage_e_dagster.defs.dagster_internals import backfill_status
 from stage_e_dagster.defs.instance import (
@@ -36,6 +36,7 @@ from stage_e_dagster.defs.instance import (
 )
 from stage_e_dagster.defs.ledger import ledger_entries
 from stage_e_dagster.defs.max_runtime import max_runtime_exceeded
+from stage_e_dagster.defs.partitions import micro_batches
 from stage_e_dagster.defs.run_ends import runs_in_progress
 from stage_e_dagster.dispatch.batches import PARKED_KEY
 from stage_e_dagster.process_groups import reset_signals, stop_group
@@ -349,6 +350,14 @@ def test_postgres_catalogue_and_dagster_instance(tmp_path: Path, corpus_template
         drop_pg_database(dagster_url)
 
 
+def sensor_ticks(instance: DagsterInstance, name: str, limit: int = 5) -> list:
+    """The sensor's newest ticks as the daemon recorded them (a tick ends once its requests are applied)."""
+    for state in instance.all_instigator_state():
+        if state.instigator_name == name:
+            return list(instance.get_ticks(state.instigator_origin_id, state.selector_id, limit=limit))
+    return []
+
+
 def sweep_under_way(stack: Stack) -> tuple[DagsterInstance, str, Callable[..., int]]:
     """Launch a sweep, start the daemon and wait for a finished sweep run with more queued behind it;
     returns the instance, the backfill's id and a count of dispatch runs by status."""
@@ -510,25 +519,28 @@ def test_a_sweep_outlives_a_trip_longer_than_its_claim_lease_and_the_retention_g
         trip_id = opened.stdout.split()[1]
         lease_gone = utcnow().replace(tzinfo=None) + timedelta(seconds=11)
 
-        def retention_ticked_past_the_lease_and_the_grace() -> bool:
-            """The trip has outlasted the claim lease, and retention has ticked (every 60 s) after the
-            grace of every batch abandoned so far."""
+        def a_retention_tick_past_the_lease_and_the_grace_finished() -> bool:
+            """The trip has outlasted the claim lease, and a retention tick (every 60 s) begun after the
+            grace of every batch abandoned so far has finished, so any deletion it asked for is applied."""
             with session_scope(stack.engine) as session:
-                ticked = session.execute(sa.select(SensorHeartbeat.ticked_at)
-                                         .where(SensorHeartbeat.sensor_name == "retention_sensor")).scalar()
                 last_abandoned = session.execute(sa.select(sa.func.max(MicroBatch.finished_at))
                                                  .where(MicroBatch.status == "abandoned")).scalar()
             due = max(lease_gone, (last_abandoned.replace(tzinfo=None) if last_abandoned else lease_gone)
                       + timedelta(seconds=1))
-            return ticked is not None and ticked.replace(tzinfo=None) > due
+            return any(tick.timestamp > due.replace(tzinfo=timezone.utc).timestamp() and tick.status.value != "STARTED"
+                       for tick in sensor_ticks(instance, "retention_sensor"))
 
-        stack.wait_until(retention_ticked_past_the_lease_and_the_grace, timeout_s=180,
+        stack.wait_until(a_retention_tick_past_the_lease_and_the_grace_finished, timeout_s=180,
                          what="the trip to outlast the claim lease and a retention tick after the grace")
-        time.sleep(5)  # the daemon applies the tick's delete requests after the tick
         with session_scope(stack.engine) as session:
+            sweep_keys = session.execute(sa.select(MicroBatch.batch_key)
+                                         .where(MicroBatch.backfill_id == backfill_id)).scalars().all()
             abandoned = session.execute(sa.select(sa.func.count()).select_from(MicroBatch)
-                                        .where(MicroBatch.status == "abandoned")).scalar_one()
-        print(f"\nduring the trip: {abandoned} abandoned batch(es); backfill {backfill_status(instance, backfill_id)}")
+                                        .where(MicroBatch.status == "abandoned",
+                                               MicroBatch.backfill_id == backfill_id)).scalar_one()
+        status = backfill_status(instance, backfill_id)
+        print(f"\nduring the trip: {abandoned} sweep batch(es) abandoned, backfill {status}")
+        assert set(instance.get_existing_dynamic_partitions(micro_batches.name, sweep_keys)) == set(sweep_keys)
         acked = stack.stage_e("trips", "ack", trip_id, "--note", "trip over")
         assert acked.returncode == 0, acked.stderr
         stack.wait_until(
