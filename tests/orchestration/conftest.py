@@ -144,7 +144,8 @@ def pipeline(corpus_template: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPa
 
 class ImageServer:
     """A real HTTP server on 127.0.0.1 serving the corpus images, with per-path status overrides and,
-    given ``throttle_share``, a storm: that share of requests, at random, answered 429."""
+    given ``throttle_share``, a storm: that share of requests, at random, answered 429. Between
+    ``hold()`` and ``release()`` every request waits (a run stays in its fetch until the test acts)."""
 
     def __init__(self, root: Path, *, throttle_share: float = 0.0, seed: int = 19) -> None:
         self.root = root
@@ -156,12 +157,15 @@ class ImageServer:
         self.throttle_share = throttle_share
         self._rng = random.Random(seed)
         self._lock = threading.Lock()
+        self._released = threading.Event()
+        self._released.set()
         server = self
 
         class Handler(http.server.BaseHTTPRequestHandler):
             def do_GET(self) -> None:  # noqa: N802
                 name = self.path.lstrip("/")
                 server.requests.append(name)
+                server._released.wait(timeout=600)
                 if server.delay_s:
                     time.sleep(server.delay_s)
                 status = server.status.get(name, 200)
@@ -190,11 +194,18 @@ class ImageServer:
         self.thread = threading.Thread(target=self.httpd.serve_forever, daemon=True)
         self.thread.start()
 
+    def hold(self) -> None:
+        self._released.clear()
+
+    def release(self) -> None:
+        self._released.set()
+
     @property
     def base(self) -> str:
         return f"http://127.0.0.1:{self.httpd.server_address[1]}"
 
     def close(self) -> None:
+        self.release()
         self.httpd.shutdown()
         self.httpd.server_close()
 

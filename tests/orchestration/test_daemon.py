@@ -13,7 +13,7 @@ import signal
 import subprocess
 import sys
 import time
-from datetime import timedelta
+from datetime import timedelta, timezone
 from pathlib import Path
 from typing import Callable, Iterator
 
@@ -25,8 +25,9 @@ from dagster._core.instance.ref import InstanceRef
 
 from stage_e_dagster.catalog.base import utcnow
 from stage_e_dagster.catalog.engine import make_engine, session_scope
-from stage_e_dagster.catalog.models import Card, CardClaim, ImageEvidence, MicroBatch, PrintingVote, SensorHeartbeat
+from stage_e_dagster.catalog.models import Card, CardClaim, ImageEvidence, MicroBatch, PrintingVote
 from stage_e_dagster.corpus.seed import seed_corpus
+from stage_e_dagster.defs.abandoned import BACKFILL_FINISHED
 from stage_e_dagster.defs.dagster_internals import backfill_status
 from stage_e_dagster.defs.instance import (
     EMBEDDED_INSTANCE_YAML,
@@ -36,6 +37,7 @@ from stage_e_dagster.defs.instance import (
 )
 from stage_e_dagster.defs.ledger import ledger_entries
 from stage_e_dagster.defs.max_runtime import max_runtime_exceeded
+from stage_e_dagster.defs.partitions import micro_batches
 from stage_e_dagster.defs.run_ends import runs_in_progress
 from stage_e_dagster.dispatch.batches import PARKED_KEY
 from stage_e_dagster.process_groups import reset_signals, stop_group
@@ -297,21 +299,79 @@ def test_a_sigkilled_run_leaves_a_truthful_failure_and_its_cards_are_redispatche
         server.close()
 
 
-def test_the_sweep_launches_one_backfill_and_its_runs_respect_the_pool(sqlite_stack: Stack) -> None:
+def test_the_sweep_launches_one_backfill_its_runs_respect_the_pool_and_cancelling_two_loses_no_card(
+    sqlite_stack: Stack, image_server: ImageServer
+) -> None:
+    """One backfill whose runs the pool caps. Issue 31 item 2: a person cancels one of its runs while
+    queued and one while running, as the UI does (the run coordinator's ``cancel_run``). Each abandons
+    its batch at no attempt and the sensors process its cards; Dagster counts a cancelled partition
+    failed, so the backfill ends COMPLETED_FAILED (docs/operations.md says what an operator sees)."""
     stack = sqlite_stack
+    serve_over_http(stack.engine, image_server)
+    stack.env["STAGE_E_FETCH_TIMEOUT_S"] = "600"  # a fetch the server holds waits for the test, never times out
     cards = stack.counts()["cards"]
     launched = stack.stage_e("sweep")
     assert launched.returncode == 0, launched.stderr
     assert "launched backfill" in launched.stdout
     instance = stack.instance()
     [backfill] = instance.get_backfills()
+    its_runs = lambda *statuses: instance.get_runs(  # noqa: E731
+        RunsFilter(tags={"dagster/backfill": backfill.backfill_id}, statuses=list(statuses)))
+    image_server.hold()
     stack.start()
     probe = ConcurrencyProbe(instance)
-    stack.wait_until(stack.idle, timeout_s=300, what="the sweep's backfill to finish", on_poll=probe)
+    victims: dict[str, str] = {}
+
+    def two_running_one_queued() -> bool:
+        """Both slots hold a run that took its batch and waits in a fetch, so no queued run can start
+        (the pool's limit is at its cap) while the test cancels one."""
+        started, queued = its_runs(DagsterRunStatus.STARTED), its_runs(DagsterRunStatus.QUEUED)
+        with session_scope(stack.engine) as session:
+            holding = [r for r in started
+                       if session.get(MicroBatch, r.tags["dagster/partition"]).run_id == r.run_id]
+        if len(holding) < 2 or not queued or len(image_server.requests) < 2:
+            return False
+        victims.update(running=holding[0].run_id, queued=queued[0].run_id)
+        return True
+
+    stack.wait_until(two_running_one_queued, timeout_s=240, what="two runs in their fetch and one queued",
+                     on_poll=probe)
+    assert instance.run_coordinator.cancel_run(victims["queued"])
+    assert instance.run_coordinator.cancel_run(victims["running"])
+
+    def interrupted() -> bool:
+        """The worker took the interrupt: with every fetch held only the interrupt ends its first card,
+        and the card loop logs its progress then; the run ends once the held fetch returns."""
+        records = instance.get_records_for_run(victims["running"]).records
+        kinds = [r.event_log_entry.dagster_event_type for r in records]
+        if DagsterEventType.RUN_CANCELING not in kinds:
+            return False
+        after = records[kinds.index(DagsterEventType.RUN_CANCELING) + 1:]
+        return any((r.event_log_entry.message or "").startswith("stage C: ") for r in after)
+
+    stack.wait_until(interrupted, timeout_s=120, what="the running run to take the interrupt", on_poll=probe)
+    image_server.release()
+    stack.wait_until(lambda: instance.get_run_by_id(victims["running"]).status == DagsterRunStatus.CANCELED,
+                     timeout_s=120, what="the running run to be cancelled", on_poll=probe)
+    stack.wait_until(lambda: stack.idle() and backfill_status(instance, backfill.backfill_id) in BACKFILL_FINISHED,
+                     timeout_s=360, what="every card processed and the backfill finished", on_poll=probe)
     assert 1 <= probe.peak <= 2, probe.peak
     runs = instance.get_runs(RunsFilter(tags={"dagster/backfill": backfill.backfill_id}))
     assert runs and all(r.tags.get("stage_e/dispatch") == "micro-batch" for r in runs)
-    assert stack.counts()["evidence_cards"] == cards
+    cancelled = {r.run_id: r.tags["dagster/partition"] for r in runs if r.status == DagsterRunStatus.CANCELED}
+    assert set(cancelled) == {victims["queued"], victims["running"]}
+    with session_scope(stack.engine) as session:
+        for key in cancelled.values():
+            batch = session.get(MicroBatch, key)
+            assert (batch.status, batch.attempt, batch.failure_reason) == (
+                "abandoned", 1, "run cancelled before it finished"), key
+            assert session.get(MicroBatch, key + "-r2") is None
+    after = stack.counts()
+    assert after["evidence_cards"] == cards and after["evidence"] == cards
+    assert_no_duplicates(stack.engine)
+    ledger = {e.batch_key: e.status for e in ledger_entries(instance) if e.batch_key in cancelled.values()}
+    print(f"\nbackfill {backfill_status(instance, backfill.backfill_id)}; cancelled batches in the ledger: {ledger}")
+    assert backfill_status(instance, backfill.backfill_id) == "COMPLETED_FAILED"
     again = stack.stage_e("sweep")
     assert again.returncode == 0 and "backlog empty after a full lap" in again.stdout, again.stdout
     assert len(instance.get_backfills()) == 1
@@ -347,6 +407,14 @@ def test_postgres_catalogue_and_dagster_instance(tmp_path: Path, corpus_template
     finally:
         drop_pg_database(catalog_url)
         drop_pg_database(dagster_url)
+
+
+def sensor_ticks(instance: DagsterInstance, name: str, limit: int = 5) -> list:
+    """The sensor's newest ticks as the daemon recorded them (a tick ends once its requests are applied)."""
+    for state in instance.all_instigator_state():
+        if state.instigator_name == name:
+            return list(instance.get_ticks(state.instigator_origin_id, state.selector_id, limit=limit))
+    return []
 
 
 def sweep_under_way(stack: Stack) -> tuple[DagsterInstance, str, Callable[..., int]]:
@@ -510,25 +578,28 @@ def test_a_sweep_outlives_a_trip_longer_than_its_claim_lease_and_the_retention_g
         trip_id = opened.stdout.split()[1]
         lease_gone = utcnow().replace(tzinfo=None) + timedelta(seconds=11)
 
-        def retention_ticked_past_the_lease_and_the_grace() -> bool:
-            """The trip has outlasted the claim lease, and retention has ticked (every 60 s) after the
-            grace of every batch abandoned so far."""
+        def a_retention_tick_past_the_lease_and_the_grace_finished() -> bool:
+            """The trip has outlasted the claim lease, and a retention tick (every 60 s) begun after the
+            grace of every batch abandoned so far has finished, so any deletion it asked for is applied."""
             with session_scope(stack.engine) as session:
-                ticked = session.execute(sa.select(SensorHeartbeat.ticked_at)
-                                         .where(SensorHeartbeat.sensor_name == "retention_sensor")).scalar()
                 last_abandoned = session.execute(sa.select(sa.func.max(MicroBatch.finished_at))
                                                  .where(MicroBatch.status == "abandoned")).scalar()
             due = max(lease_gone, (last_abandoned.replace(tzinfo=None) if last_abandoned else lease_gone)
                       + timedelta(seconds=1))
-            return ticked is not None and ticked.replace(tzinfo=None) > due
+            return any(tick.timestamp > due.replace(tzinfo=timezone.utc).timestamp() and tick.status.value != "STARTED"
+                       for tick in sensor_ticks(instance, "retention_sensor"))
 
-        stack.wait_until(retention_ticked_past_the_lease_and_the_grace, timeout_s=180,
+        stack.wait_until(a_retention_tick_past_the_lease_and_the_grace_finished, timeout_s=180,
                          what="the trip to outlast the claim lease and a retention tick after the grace")
-        time.sleep(5)  # the daemon applies the tick's delete requests after the tick
         with session_scope(stack.engine) as session:
+            sweep_keys = session.execute(sa.select(MicroBatch.batch_key)
+                                         .where(MicroBatch.backfill_id == backfill_id)).scalars().all()
             abandoned = session.execute(sa.select(sa.func.count()).select_from(MicroBatch)
-                                        .where(MicroBatch.status == "abandoned")).scalar_one()
-        print(f"\nduring the trip: {abandoned} abandoned batch(es); backfill {backfill_status(instance, backfill_id)}")
+                                        .where(MicroBatch.status == "abandoned",
+                                               MicroBatch.backfill_id == backfill_id)).scalar_one()
+        status = backfill_status(instance, backfill_id)
+        print(f"\nduring the trip: {abandoned} sweep batch(es) abandoned, backfill {status}")
+        assert set(instance.get_existing_dynamic_partitions(micro_batches.name, sweep_keys)) == set(sweep_keys)
         acked = stack.stage_e("trips", "ack", trip_id, "--note", "trip over")
         assert acked.returncode == 0, acked.stderr
         stack.wait_until(
