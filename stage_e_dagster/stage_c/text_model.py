@@ -31,8 +31,6 @@ SESSION_THREADS = 1
 # size up are mapped and returned to the system when freed (peak about 450 MB; a few % more CPU).
 MMAP_THRESHOLD_BYTES = 4 << 20
 _M_MMAP_THRESHOLD = -3  # mallopt's parameter number in glibc's <malloc.h>
-# The recogniser's input height (PP-OCR's), which is also the narrowest a line is padded to.
-REC_HEIGHT = 48
 
 
 def _libc() -> Any:
@@ -85,10 +83,6 @@ def _params() -> dict[str, Any]:
         "Det.limit_type": "max",
         "Det.limit_side_len": 4096,
         "Global.text_score": 0.0,
-        # The recogniser pads every line to at least this width (at its height of 48 px): rapidocr's
-        # 320 px made a set code or "186/303 R" cost a line five times its length. Unpadded, the texts
-        # read were the same on the real photos, at a fifth less recognition CPU.
-        "Rec.rec_img_shape": [3, REC_HEIGHT, REC_HEIGHT],
     }
 
 

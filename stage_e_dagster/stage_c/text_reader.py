@@ -25,9 +25,12 @@ DETECT_SIDE = 960
 CHEAP_DETECT_SIDE = 480
 # Long side of the second, closer detection of the text's region (only when the ends confirm nothing).
 CLOSE_SIDE = 1600
-# Rows read at each end of the card's text on the first pass.
+# Rows read at each end of the card's text on the first pass. The collector end's last NEAR_ROWS are read
+# first; its rows above them (often the rules text's last lines, the widest and dearest to recognise)
+# only when those confirm nothing.
 TITLE_ROWS = 2
 COLLECTOR_ROWS = 4
+NEAR_ROWS = 2
 # Lines the direction classifier looks at (the longest ones).
 DIRECTION_SAMPLE = 5
 # Boxes at least this much longer than high say which way the text runs.
@@ -257,15 +260,26 @@ def _has_title(rows: list[list[_Box]]) -> bool:
     return len(rows) > COLLECTOR_ROWS
 
 
-def _ends(rows: list[list[_Box]]) -> list[tuple[_Box, str]]:
-    """The boxes of the rows at each end of the text."""
-    chosen: list[tuple[_Box, str]] = []
-    has_title = _has_title(rows)
-    for i, row in enumerate(rows):
-        end = "title" if has_title and i < TITLE_ROWS else "collector" if i >= len(rows) - COLLECTOR_ROWS else None
-        if end is not None:
-            chosen.extend((b, end) for b in row)
-    return chosen
+@dataclass(frozen=True)
+class _Ends:
+    """The boxes of the rows at each end of the text: the title end's, and the collector end's split
+    into its last ``NEAR_ROWS`` rows and the rows above them."""
+
+    title: list[tuple[_Box, str]]
+    far: list[tuple[_Box, str]]
+    near: list[tuple[_Box, str]]
+
+
+def _ends(rows: list[list[_Box]]) -> _Ends:
+    title_rows = TITLE_ROWS if _has_title(rows) else 0
+    first_collector = max(title_rows, len(rows) - COLLECTOR_ROWS)
+    first_near = max(first_collector, len(rows) - NEAR_ROWS)
+
+    def boxes(selected: list[list[_Box]], end: str) -> list[tuple[_Box, str]]:
+        return [(b, end) for row in selected for b in row]
+
+    return _Ends(boxes(rows[:title_rows], "title"), boxes(rows[first_collector:first_near], "collector"),
+                 boxes(rows[first_near:], "collector"))
 
 
 def _strip(bgr: np.ndarray, frame: "_Frame", top: float, bottom: float, left: float, right: float,
@@ -360,9 +374,15 @@ def read_card_text(image: Image.Image, confirms: Confirms | None = None, *, chea
         reach = max(b.across + b.width for b in aligned) - min(b.across for b in aligned)
         result.spread, result.aligned = round(reach / max(b.width for b in aligned), 3), len(aligned)
     rows = _rows_of(boxes)
-    result.lines = _recognise(bgr, _ends(rows))
+    ends = _ends(rows)
+    title, near = _recognise(bgr, ends.title), _recognise(bgr, ends.near)
+    result.lines = title + near
     result.passes = ("ends",)
-    if not boxes or (confirms is not None and confirms(result)):
+    confirmed = confirms is not None and confirms(result)
+    if not confirmed and ends.far:
+        result.lines = title + _recognise(bgr, ends.far) + near
+        confirmed = confirms is not None and confirms(result)
+    if not boxes or confirmed:
         return result
     frame = _Frame(along, down)
     left = min(b.across for b in boxes)
