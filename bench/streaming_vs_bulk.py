@@ -4,8 +4,8 @@
 Three questions an operator asks before switching streaming on:
 
   1. Throughput: does streaming drain a backlog about as fast as the bulk tool would? One synthetic
-     corpus is seeded once (rendered images, real Tesseract in Stage C, ~5% broken images); each side
-     drains its own copy of the catalogue, in its own state folder and ``DAGSTER_HOME``:
+     corpus is seeded once (rendered images, the real PP-OCR reader in Stage C, ~5% broken images);
+     each side drains its own copy of the catalogue, in its own state folder and ``DAGSTER_HOME``:
        * bulk:   ``stage-e bulk --stage all --workers N`` (N: the usable CPUs), timed from the
                  command's start to its exit;
        * stream: ``dagster-daemon run -w workspace.yaml`` with the project's ``dagster.yaml`` and the
