@@ -77,7 +77,12 @@ from stage_e_dagster.defs.tags import DISPATCH_POOL  # noqa: E402
 from stage_e_dagster.envelope.signals import CpuPressure  # noqa: E402
 from stage_e_dagster.settings import load_settings, usable_cpus  # noqa: E402
 
+# The trickle's insert-to-evidence poll: its latencies are a few seconds, so a fifth of one is the grain.
 POLL_S = 0.2
+# The drain's "backlog empty?" poll. At POLL_S, counting a 1,000-card backlog five times a second cost
+# this process about 70 s of CPU over a 7-minute drain, beside the two run workers on two cores: the
+# bench slowed the side it timed. A second more at the end of several minutes is under 0.3 %.
+DRAIN_POLL_S = 1.0
 SAMPLE_S = 2.0
 # The neighbour arm's drain runs this long (or --neighbour-s if shorter) before the neighbour starts.
 WARM_S = 30.0
@@ -115,6 +120,7 @@ class StreamDrain:
     failed_runs: int
     samples: list[Sample]
     latencies_s: list[float] = field(default_factory=list)
+    bench_cpu_s: float = 0.0  # this process's own CPU over the drain (its polls and the sampler)
 
 
 @dataclass
@@ -223,13 +229,13 @@ def drain_with_bulk(side: Side, workers: int, timeout_s: float) -> BulkDrain:
 
 
 def wait_until(done: Callable[[], bool], daemon: subprocess.Popen[bytes], log: Path, timeout_s: float,
-               what: str) -> None:
+               what: str, poll_s: float = DRAIN_POLL_S) -> None:
     deadline = time.perf_counter() + timeout_s
     while not done():
         if daemon.poll() is not None or time.perf_counter() > deadline:
             raise SystemExit(f"stream side: no {what} (daemon exit {daemon.poll()}); log tail:\n"
                              f"{log.read_text()[-3000:]}")
-        time.sleep(POLL_S)
+        time.sleep(poll_s)
 
 
 def dispatch_records(instance: DagsterInstance) -> list:  # type: ignore[type-arg]
@@ -248,10 +254,10 @@ def drain_with_daemon(side: Side, folder: Path, timeout_s: float, trickle: list[
     reader = plain_engine(side.url)
     instance = DagsterInstance.from_config(str(side.home))
     log = folder / f"{side.name}-daemon.log"
-    started = time.time()
+    started, own_cpu = time.time(), time.process_time()
     with running_daemon(side.env, log) as daemon, Sampler(side.url, started) as sampler:
         wait_until(lambda: backlog(reader) == (0, 0), daemon, log, timeout_s, "empty backlog")
-        drained_at = time.time()
+        drained_at, own_cpu = time.time(), time.process_time() - own_cpu
         cards = card_count(reader)
         # Let the last runs write their final events, so the trickle starts on an idle daemon.
         wait_until(lambda: runs_in_progress(instance) == 0, daemon, log, 120, "idle daemon")
@@ -267,7 +273,7 @@ def drain_with_daemon(side: Side, folder: Path, timeout_s: float, trickle: list[
     instance.dispose()
     reader.dispose()
     return StreamDrain(cards, drained_at - started, drained_at - (first_start or started), first_created - started,
-                       len(records), failed, samples, latencies)
+                       len(records), failed, samples, latencies, own_cpu)
 
 
 def trickle_latencies(url: str, rows: list[dict[str, object]], every_s: float, daemon: subprocess.Popen[bytes],
@@ -371,7 +377,8 @@ def report(bulks: list[BulkDrain], streams: list[StreamDrain], workers: int) -> 
               f"{s.cards} cards in {s.wall_s:.1f} s from the daemon's start ({s.cards / s.wall_s:.3f} cards/s), "
               f"{s.from_first_run_s:.1f} s from first run start; first run created {s.first_run_created_s:.1f} s "
               f"and started {s.wall_s - s.from_first_run_s:.1f} s after the daemon's start; {s.runs} runs, "
-              f"{s.failed_runs} not successful; governed concurrency {governed_summary(s.samples)}")
+              f"{s.failed_runs} not successful; governed concurrency {governed_summary(s.samples)}; this "
+              f"bench's own CPU over the drain {s.bench_cpu_s:.1f} s")
     cards = sum(b.cards for b in bulks)
     bulk_rate = cards / sum(b.wall_s for b in bulks)
     stream_rate = sum(s.cards for s in streams) / sum(s.wall_s for s in streams)

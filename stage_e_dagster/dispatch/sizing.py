@@ -36,9 +36,12 @@ MIN_BATCHES_PER_TICK = 8
 MIN_BATCH_CARDS = 1
 MAX_BATCH_CARDS = 500
 # Seconds per card before any batch has succeeded: Stage C plus Stage D on a local image, measured
-# at 0.086-0.096 in 150-card batches on a quiet 2-core machine with in-process OCR (about 0.15 under
-# load). The low side on purpose: a first batch too big runs past the target once, while one too
-# small costs every slot another run's start-up.
+# at 0.086-0.096 in 150-card batches on a quiet 2-core machine with Tesseract in process. The PP-OCR
+# reader costs 0.5-0.9 s a card (bench/stage_c.py), so a first backlog now goes out in batches about
+# seven times the target's length; measured batches size the next ones. Kept low on purpose: a first
+# batch too big runs past the target once (its claims renewed, a trip still stopping it at its next
+# card), while batches too small cost every slot another run's start-up (RUN_START_S). Which costs a
+# backlog more at the PP-OCR rate was not measured (issue 30's note).
 DEFAULT_SECONDS_PER_CARD = 0.1
 # A dispatch run's start-up before its first line of user code: the queue launching it to the
 # worker's RUN_START, a new process importing Dagster, OpenCV and the project (measured

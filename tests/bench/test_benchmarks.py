@@ -73,7 +73,8 @@ def test_streaming_vs_bulk_bench_prints_the_ratio_and_the_trickle_latency() -> N
                     "--neighbour-s", "8", timeout=900)
     ratio = rf"^ratio streaming/bulk: {NUMBER} from the daemon's start .*; {NUMBER} from first run start"
     assert re.search(ratio, out, re.M), out
-    assert re.search(r"^rep 1: .*governed concurrency .* of \d+ samples$", out, re.M), out
+    assert re.search(rf"^rep 1: .*governed concurrency .* of \d+ samples; this bench's own CPU over the drain "
+                     rf"{NUMBER} s$", out, re.M), out
     assert re.search(rf"^rep 1: .*first run created {NUMBER} s and started {NUMBER} s after", out, re.M), out
     assert re.search(rf"^ratio per repetition: {NUMBER} \(median {NUMBER}\)$", out, re.M), out
     assert re.search(rf"^trickle insert -> evidence, 2 cards: p50 {NUMBER} s  max {NUMBER} s", out, re.M), out

@@ -82,6 +82,8 @@ class Stack:
                 "STAGE_E_RSS_MB_CEILING": "100000",
                 "STAGE_E_MICRO_BATCH_SIZE": "2",
                 "STAGE_E_MAX_CONCURRENT_DISPATCHES": "2",
+                # These drills check dispatch, not readings: the reader's cheap pass (tests/conftest.py).
+                "STAGE_E_OCR_PASS": "cheap",
             }
             | (extra_env or {})
         )

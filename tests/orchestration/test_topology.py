@@ -54,6 +54,7 @@ class Services:
             "STAGE_E_HOST_LOAD_CEILING": "1000",
             "STAGE_E_CPU_PRESSURE_CEILING": "100",
             "STAGE_E_RSS_MB_CEILING": "100000",
+            "STAGE_E_OCR_PASS": "cheap",  # a drill of the topology, not of the readings
             "STAGE_E_MICRO_BATCH_SIZE": "2",
             "STAGE_E_MAX_CONCURRENT_DISPATCHES": "2",
         }
