@@ -77,12 +77,7 @@ from stage_e_dagster.defs.tags import DISPATCH_POOL  # noqa: E402
 from stage_e_dagster.envelope.signals import CpuPressure  # noqa: E402
 from stage_e_dagster.settings import load_settings, usable_cpus  # noqa: E402
 
-# The trickle's insert-to-evidence poll: its latencies are a few seconds, so a fifth of one is the grain.
 POLL_S = 0.2
-# The drain's "backlog empty?" poll. At POLL_S, counting a 1,000-card backlog five times a second cost
-# this process about 70 s of CPU over a 7-minute drain, beside the two run workers on two cores: the
-# bench slowed the side it timed. A second more at the end of several minutes is under 0.3 %.
-DRAIN_POLL_S = 1.0
 SAMPLE_S = 2.0
 # The neighbour arm's drain runs this long (or --neighbour-s if shorter) before the neighbour starts.
 WARM_S = 30.0
@@ -120,7 +115,8 @@ class StreamDrain:
     failed_runs: int
     samples: list[Sample]
     latencies_s: list[float] = field(default_factory=list)
-    bench_cpu_s: float = 0.0  # this process's own CPU over the drain (its polls and the sampler)
+    # This process's own CPU over the drain (its polls and the sampler): what it took from the side it timed.
+    bench_cpu_s: float = 0.0
 
 
 @dataclass
@@ -229,13 +225,13 @@ def drain_with_bulk(side: Side, workers: int, timeout_s: float) -> BulkDrain:
 
 
 def wait_until(done: Callable[[], bool], daemon: subprocess.Popen[bytes], log: Path, timeout_s: float,
-               what: str, poll_s: float = DRAIN_POLL_S) -> None:
+               what: str) -> None:
     deadline = time.perf_counter() + timeout_s
     while not done():
         if daemon.poll() is not None or time.perf_counter() > deadline:
             raise SystemExit(f"stream side: no {what} (daemon exit {daemon.poll()}); log tail:\n"
                              f"{log.read_text()[-3000:]}")
-        time.sleep(poll_s)
+        time.sleep(POLL_S)
 
 
 def dispatch_records(instance: DagsterInstance) -> list:  # type: ignore[type-arg]
