@@ -70,7 +70,7 @@ class Recognised:
 _LOCK = threading.Lock()
 _ENGINE: RapidOCR | None = None
 _ENGINE_ERROR: str | None = None
-_LIBC: Any = None  # the C library, once the engine is built (see return_freed_memory)
+_LIBC: Any = None  # the C library, once the engine is built (see _return_freed_memory)
 
 
 def _params() -> dict[str, Any]:

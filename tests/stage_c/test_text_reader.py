@@ -133,3 +133,28 @@ def test_the_cheap_pass_reads_the_collector_end_with_one_small_look() -> None:
     assert cheap.ocr_passes == 1 and cheap.fields["collector_number"] in (p.collector_number, None)
     assert full["collector_number"] == p.collector_number
     assert len(cheap.fields["collector_line_raw_text"].splitlines()) <= 2
+
+
+def test_the_rows_above_the_collector_line_are_read_only_when_its_last_two_confirm_nothing() -> None:
+    """The collector end's last two rows are read first; the two above them (the rules text's last lines,
+    the dearest crops) only when those confirm nothing, and then before any closer look."""
+    from stage_e_dagster.catalog.collector_line import parse_collector_rows
+    from stage_e_dagster.stage_c.text_reader import read_card_text
+
+    p = modern(3)
+    photo = on_a_table(render_card(p, Variant(height=900), noise_seed=6), 0)
+    asked: list[int] = []
+
+    def confirms_the_number(text) -> bool:  # type: ignore[no-untyped-def]
+        asked.append(len(text.rows("collector")))
+        return parse_collector_rows(text.rows("collector"), LEXICON).number == p.collector_number
+
+    near = read_card_text(photo, confirms_the_number)
+    assert near.passes == ("ends",) and len(asked) == 1 and asked[0] <= 2
+    assert parse_collector_rows(near.rows("collector"), LEXICON).number == p.collector_number
+
+    asked.clear()
+    answers = iter([False, True])
+    both = read_card_text(photo, lambda text: asked.append(len(text.rows("collector"))) or next(answers))
+    assert both.passes == ("ends",) and len(asked) == 2 and asked[1] > asked[0]
+    assert set(near.rows("collector")) <= set(both.rows("collector"))
