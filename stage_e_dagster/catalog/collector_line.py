@@ -156,6 +156,22 @@ class LineParse:
         return self.number is not None or self.set_code is not None
 
 
+# A year after a copyright mark, or starting its line before "Wizards": a scene-text reader often drops
+# the small mark ("MA 2000 Wizards" after other words may be a misread mark, and stays unmarked). A
+# range gives its end: "(c) 1993-2012" is a 2012 card.
+_MARKED_YEAR = re.compile(
+    r"(?:\u00a9|\(c\)|\bc\)|copyright|&)\s*(?:(?:19|20)\d{2}\s*[-\u2013]\s*)?((?:19|20)\d{2})\b"
+    r"|^[^\w]*(?:(?:19|20)\d{2}\s*[-\u2013]\s*)?((?:19|20)\d{2})\s+wizards",
+    re.IGNORECASE | re.MULTILINE,
+)
+
+
+def marked_years(text: str) -> list[int]:
+    """The years the legal text marks as copyright years, in reading order (Stage C stores the first;
+    Stage D trusts a stored year only when one of these is it)."""
+    return [int(m.group(1) or m.group(2)) for m in _MARKED_YEAR.finditer(text)]
+
+
 def normalize_collector_number(number: str | None) -> str:
     """A catalogue's collector number as both stages compare it: lower-case with leading zeros dropped
     (``"041"`` -> ``"41"``, ``"★007"`` -> ``"★7"``); blank for None."""

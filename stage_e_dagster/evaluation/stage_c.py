@@ -12,9 +12,9 @@ from typing import Any, Callable
 import sqlalchemy as sa
 from sqlalchemy.orm import Session
 
+from ..catalog.collector_line import normalize_collector_number
 from ..catalog.models import Card, ImageEvidence
 from ..stage_c.current import present_evidence
-from ..stage_c.parse import normalize_number
 
 
 def _ratio(correct: int, total: int) -> float | None:
@@ -37,7 +37,9 @@ def _readable(label: dict[str, Any]) -> bool:
 CHECKS: dict[str, tuple[Callable[[dict[str, Any]], bool], Callable[[dict[str, Any], ImageEvidence], bool]]] = {
     "collector_number": (
         lambda lb: _readable(lb) and bool(lb.get("collector_number")) and lb.get("collector_line_printed", True),
-        lambda lb, ev: normalize_number(ev.collector_number) == normalize_number(str(lb["collector_number"])),
+        lambda lb, ev: (ev.collector_number is not None
+                        and normalize_collector_number(ev.collector_number)
+                        == normalize_collector_number(str(lb["collector_number"]))),
     ),
     "set_code": (  # a 2008-2014 frame prints a number but no set code: ``set_code_printed`` false
         lambda lb: _readable(lb) and bool(lb.get("set_code"))

@@ -10,16 +10,8 @@ from __future__ import annotations
 
 import re
 
-from ..catalog.collector_line import LANG_CODES, SET_AND_LANGUAGE
+from ..catalog.collector_line import LANG_CODES, SET_AND_LANGUAGE, marked_years
 
-# A marked year, or the end of a marked range: "(c) 1993-2012" is a 2012 card.
-# A scene-text reader often drops the small (c) mark: a year that starts its line and is followed by
-# "Wizards" is marked as well (one after other words, "MA 2000 Wizards", may be a misread mark).
-_YEAR_MARKED = re.compile(
-    r"(?:\u00a9|\(c\)|\bc\)|copyright|&)\s*((?:19|20)\d{2})(?:\s*[-\u2013]\s*((?:19|20)\d{2}))?\b"
-    r"|^[^\w]*((?:19|20)\d{2})(?:\s*[-\u2013]\s*((?:19|20)\d{2}))?\s+wizards",
-    re.IGNORECASE | re.MULTILINE,
-)
 _YEAR_BARE = re.compile(r"(?<!\d)((?:19|20)\d{2})(?:\s*[-\u2013]\s*((?:19|20)\d{2}))?(?!\d)")
 _PROXY = re.compile(r"not\s*for\s*sale|\bproxy\b|playtest|original\s+design", re.IGNORECASE)
 # Name words are capitalised ("Anna Adler") or, on newer frames, all capitals ("JOHN AVON"); one style per
@@ -34,14 +26,6 @@ _ILLUS_ANCHOR = r"(?:\b[Il1|]{1,2}lu[s5][.,:]?|\b[il1|]u[s5][.,:]|\b[Il1|]tu[s5]
 _ILLUS = re.compile(rf"{_ILLUS_ANCHOR}\s+(?:\u00a9\s*)?({_NAME_WORD}(?:\s+{_NAME_WORD}){{0,3}})")
 _ILLUS_CAPS = re.compile(rf"{_ILLUS_ANCHOR}\s+(?:\u00a9\s*)?({_CAPS_WORD}(?:!?\s+{_CAPS_WORD}){{0,3}}!?)")
 _GLUED = re.compile(r"(?<=[a-z])(?=[A-Z][a-z])")
-
-
-def normalize_number(number: str | None) -> str | None:
-    """Collector numbers compare without leading zeros and case: ``0041`` equals ``41``."""
-    if number is None:
-        return None
-    stripped = number.strip().lower().lstrip("0")
-    return stripped or "0"
 
 
 # Words of the copyright line: a line holding one is the legal line even when its mark is misread.
@@ -103,9 +87,9 @@ def parse_artist_after_language(line: str) -> str | None:
 def parse_legal(text: str) -> tuple[int | None, bool]:
     """Copyright year (marked by ©, (c), & or 'copyright', else a bare year; a range gives its end) and
     the proxy marker."""
-    marked = _YEAR_MARKED.search(text)
-    year = (marked.group(2) or marked.group(1) or marked.group(4) or marked.group(3)) if marked else None
-    if year is None:
-        bare = _YEAR_BARE.search(text)
-        year = (bare.group(2) or bare.group(1)) if bare else None
+    marked = marked_years(text)
+    if marked:
+        return marked[0], bool(_PROXY.search(text))
+    bare = _YEAR_BARE.search(text)
+    year = (bare.group(2) or bare.group(1)) if bare else None
     return (int(year) if year else None), bool(_PROXY.search(text))

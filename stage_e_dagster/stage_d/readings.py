@@ -22,6 +22,7 @@ from ..catalog.collector_line import (
     MIN_PRINTED_TOTAL,
     RARITY_NUMBER,
     SLASH_NUMBER,
+    marked_years,
     parse_collector_rows,
 )
 
@@ -31,11 +32,6 @@ STRONG_WORD_CONFIDENCE = 90.0
 # Bullets that OCR glues to the end of a set code ("DMUe EN").
 _BULLET_LETTERS = "eoa"
 _TOKEN = re.compile(r"[A-Za-z0-9]+")
-# A year after a copyright mark, or starting its line before "Wizards" (a scene-text read often drops
-# the small mark; "MA 2000 Wizards" after other words may be a misread mark, and stays unmarked).
-_MARKED_YEAR = re.compile(r"(?:\u00a9|\(c\)|\bc\)|copyright|&)\s*(?:(?:19|20)\d{2}\s*[-\u2013]\s*)?((?:19|20)\d{2})"
-                          r"|^[^\w]*(?:(?:19|20)\d{2}\s*[-\u2013]\s*)?((?:19|20)\d{2})\s+wizards",
-                          re.IGNORECASE | re.MULTILINE)
 
 
 @dataclass(frozen=True)
@@ -124,4 +120,4 @@ def year_is_marked(evidence: Any) -> bool:
     """The stored copyright year follows a copyright mark in the legal text (a bare year may be anything)."""
     year = getattr(evidence, "copyright_year", None)
     text = getattr(evidence, "legal_raw_text", None) or ""
-    return year is not None and any(int(m.group(1) or m.group(2)) == int(year) for m in _MARKED_YEAR.finditer(text))
+    return year is not None and int(year) in marked_years(text)

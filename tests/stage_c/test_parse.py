@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from stage_e_dagster.stage_c.parse import normalize_number, parse_artist, parse_artist_after_language, parse_legal
+from stage_e_dagster.catalog.collector_line import marked_years, normalize_collector_number
+from stage_e_dagster.stage_c.parse import parse_artist, parse_artist_after_language, parse_legal
 
 
 def test_artist_and_legal() -> None:
@@ -14,7 +15,18 @@ def test_artist_and_legal() -> None:
     assert parse_artist_after_language("KVS * EN 7 UmarStone") == "Umar Stone"
     assert parse_legal("\u2122 & \u00a9 2018 Wizards of the Coast") == (2018, False)
     assert parse_legal("PROXY - NOT FOR SALE\nWizards 2020") == (2020, True)
-    assert normalize_number("0041") == "41" and normalize_number("000") == "0"
+    assert normalize_collector_number("0041") == "41" and normalize_collector_number("000") == "0"
+
+
+def test_one_marked_year_rule_for_both_stages() -> None:
+    """Stage C stores the first marked year and Stage D trusts a stored year only when it is marked: one
+    rule, in catalog/collector_line.py. A range gives its end; a year starting its line before "Wizards"
+    is marked (the small mark is often lost); one after other words is not."""
+    assert marked_years("\u2122 & \u00a9 1993-2012 Wizards of the Coast") == [2012]
+    assert marked_years("Illus. Anna Adler\n1995 Wizards of the Coast") == [1995]
+    assert marked_years("MA 2000 Wizards of the Coast") == []
+    assert marked_years("(c) 1994 Wizards, copyright 1995") == [1994, 1995]
+    assert marked_years("\u00a9 19955 Wizards") == []
 
 
 def test_copyright_range_gives_its_end() -> None:
