@@ -27,12 +27,13 @@ from typing import Any
 import sqlalchemy as sa
 from sqlalchemy.orm import Session
 
+from ..catalog.collector_line import normalize_collector_number
 from ..catalog.engine import make_engine
 from ..catalog.evidence_facts import present_evidence
 from ..catalog.migrate import upgrade
 from ..catalog.models import Card, Expansion, Printing, PrintingVote, ScanLog
 from ..stage_d.agents import FALLBACK_AGENT, JOIN_KEY_AGENT
-from ..stage_d.names import normalize_collector_number, normalize_name
+from ..stage_d.names import normalize_name
 from .labels import LabelFileError
 
 LABELS_FILE = "labels.csv"

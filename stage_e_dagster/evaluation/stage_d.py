@@ -15,11 +15,11 @@ from typing import Any
 import sqlalchemy as sa
 from sqlalchemy.orm import Session
 
+from ..catalog.collector_line import normalize_collector_number
 from ..catalog.models import Card, Expansion, Printing, PrintingVote, ScanLog
 from ..stage_d.agents import FALLBACK_AGENT, JOIN_KEY_AGENT, OUTCOME_TO_REVIEW, SLOW_PATH_AGENT
 from ..stage_d.consensus import HUMAN_SOURCES
 from ..stage_d.human import cast_human_vote
-from ..stage_d.names import normalize_collector_number
 
 NO_PRINTING = "no-printing"
 _CHUNK = 500

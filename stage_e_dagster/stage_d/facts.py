@@ -9,8 +9,8 @@ from typing import Iterable
 import sqlalchemy as sa
 from sqlalchemy.orm import Session
 
+from ..catalog.collector_line import normalize_collector_number
 from ..catalog.models import Expansion, Printing
-from .names import normalize_collector_number
 
 _IN_CHUNK = 900
 

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from typing import Any, Sequence
 
+from ..catalog.collector_line import normalize_collector_number
 from ..catalog.evidence_facts import hamming
 from . import agents as A
 from .decision import (
@@ -30,7 +31,6 @@ from .decision import (
     vote,
 )
 from .facts import PrintingFacts
-from .names import normalize_collector_number
 from .readings import year_is_marked
 
 ART_MAX_DISTANCE = 10      # of 64 bits: re-encoded, rescaled uploads of the same art stay well inside

@@ -9,10 +9,10 @@ from __future__ import annotations
 import sqlalchemy as sa
 from sqlalchemy.orm import Session
 
+from ..catalog.collector_line import normalize_collector_number
 from ..catalog.models import Card, Expansion, Printing, PrintingVote
 from .agents import MACHINE_AGENT_PREFIX
 from .consensus import ConsensusOutcome, recompute_consensus
-from .names import normalize_collector_number
 from .writes import insert_ignore
 
 

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 from typing import Any, Sequence
 
+from ..catalog.collector_line import normalize_collector_number
 from . import agents as A
 from .decision import (
     ARTIST_MATCH_RATIO,
@@ -34,7 +35,6 @@ from .decision import (
     vote,
 )
 from .facts import PrintingFacts
-from .names import normalize_collector_number
 from .readings import read_collector, year_is_marked
 
 MIN_TRUSTED_DPI = 200

@@ -19,9 +19,10 @@ from typing import Iterable
 import sqlalchemy as sa
 from sqlalchemy.orm import Session
 
+from ..catalog.collector_line import normalize_collector_number
 from ..catalog.models import Expansion, Printing
 from ..catalog.stamp import catalogue_stamp
-from .names import collapse, face_names, normalize_collector_number, normalize_name, strip_upload_noise
+from .names import collapse, face_names, normalize_name, strip_upload_noise
 
 
 @dataclass(frozen=True)

@@ -5,8 +5,6 @@ from __future__ import annotations
 import re
 import unicodedata
 
-from ..catalog.collector_line import normalize_collector_number  # noqa: F401  (the stages share one rule)
-
 _EXTENSION = re.compile(r"\.(png|jpe?g|webp|gif|bmp|tiff?)$", re.IGNORECASE)
 _COPY_SUFFIX = re.compile(r"\s*(-\s*copy(\s*\(\d+\))?|\(\d+\)|\bcopy)\s*$", re.IGNORECASE)
 _COPY_PREFIX = re.compile(r"^\s*copy of\s+", re.IGNORECASE)

@@ -7,9 +7,10 @@ import json
 import sqlalchemy as sa
 from sqlalchemy.orm import Session
 
+from stage_e_dagster.catalog.collector_line import normalize_collector_number
 from stage_e_dagster.catalog.models import PrintingVote
 from stage_e_dagster.stage_d import name_index as ni
-from stage_e_dagster.stage_d.names import normalize_collector_number, normalize_name, strip_upload_noise
+from stage_e_dagster.stage_d.names import normalize_name, strip_upload_noise
 from stage_e_dagster.stage_d.run import run_stage_d
 
 from .builders import CatalogueBuilder
