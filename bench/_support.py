@@ -9,12 +9,14 @@ import shutil
 import statistics
 import subprocess
 import sys
+import threading
 import time
 import uuid
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Iterator, Sequence
 
+import psutil
 import sqlalchemy as sa
 
 from stage_e_dagster.catalog.backlog import STAGE_C_PENDING, STAGE_D_PENDING
@@ -160,3 +162,72 @@ def running_daemon(env: dict[str, str], log_path: Path) -> Iterator[subprocess.P
         # The code server and run workers may still be writing to the state folder the caller is
         # about to delete: the whole group is waited for.
         stop_group(daemon)
+
+
+class TreeCpu:
+    """CPU seconds of a process and its descendants, by kind, sampled every ``every_s`` in a thread.
+
+    A process is counted by its last sample, so what it did after that is lost: at 1 s, under a second
+    of each process that ends. Kinds: ``daemon``, ``code server`` (the daemon starts a new one every
+    60 s), ``worker`` (a Dagster run or a bulk pool worker, both started by multiprocessing's spawn),
+    and ``other`` (the root, trackers, log tails). For each worker its busy share (CPU over the time
+    it was seen) is kept too."""
+
+    def __init__(self, root_pid: int, every_s: float = 1.0) -> None:
+        self._root = psutil.Process(root_pid)
+        self._seen: dict[int, tuple[str, float, float, float]] = {}  # pid -> kind, cpu, first seen, last seen
+        self._every_s = every_s
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def __enter__(self) -> "TreeCpu":
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join()
+
+    @staticmethod
+    def kind(command: str) -> str:
+        if "multiprocessing.spawn" in command:
+            return "worker"
+        if "dagster api grpc" in command or "dagster code-server" in command:
+            return "code server"
+        if "dagster-daemon" in command:
+            return "daemon"
+        return "other"
+
+    def sample(self) -> None:
+        try:
+            processes = [self._root, *self._root.children(recursive=True)]
+        except psutil.Error:
+            return
+        now = time.time()
+        for process in processes:
+            try:
+                times = process.cpu_times()
+                known = self._seen.get(process.pid)
+                kind = known[0] if known else self.kind(" ".join(process.cmdline()))
+                self._seen[process.pid] = (kind, times.user + times.system, known[2] if known else now, now)
+            except psutil.Error:
+                continue
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            self.sample()
+            self._stop.wait(self._every_s)
+
+    def by_kind(self) -> dict[str, tuple[int, float]]:
+        """Kind -> (processes, CPU seconds)."""
+        totals: dict[str, tuple[int, float]] = {}
+        for kind, cpu, _, _ in self._seen.values():
+            count, seconds = totals.get(kind, (0, 0.0))
+            totals[kind] = (count + 1, seconds + cpu)
+        return totals
+
+    def worker_busy(self) -> list[float]:
+        """Each worker's CPU over the time it was seen (1.0: never waited for a core or anything else),
+        for the workers seen for ten samples or more (a shorter life says little)."""
+        return [cpu / (last - first) for kind, cpu, first, last in self._seen.values()
+                if kind == "worker" and last - first > 10 * self._every_s]

@@ -62,6 +62,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _support import (  # noqa: E402
     BIN,
     PROJECT_ROOT,
+    TreeCpu,
     backlog,
     child_environment,
     fresh_copy,
@@ -94,6 +95,8 @@ class BulkDrain:
     cards: int
     wall_s: float
     report: dict[str, object]
+    cpu: dict[str, tuple[int, float]] = field(default_factory=dict)  # TreeCpu.by_kind over the command
+    busy: list[float] = field(default_factory=list)  # each pool worker's CPU over its life
 
 
 @dataclass(frozen=True)
@@ -117,6 +120,8 @@ class StreamDrain:
     latencies_s: list[float] = field(default_factory=list)
     # This process's own CPU over the drain (its polls and the sampler): what it took from the side it timed.
     bench_cpu_s: float = 0.0
+    cpu: dict[str, tuple[int, float]] = field(default_factory=dict)  # TreeCpu.by_kind over the drain
+    busy: list[float] = field(default_factory=list)  # each run worker's CPU over its life
 
 
 @dataclass
@@ -212,16 +217,19 @@ def drain_with_bulk(side: Side, workers: int, timeout_s: float) -> BulkDrain:
     """``stage-e bulk --stage all``: what an operator runs by hand over a backlog."""
     command = [str(BIN / "stage-e"), "bulk", "--stage", "all", "--workers", str(workers), "--json"]
     started = time.perf_counter()
-    done = subprocess.run(command, env=side.env, cwd=PROJECT_ROOT, capture_output=True, text=True, timeout=timeout_s)
+    bulk = subprocess.Popen(command, env=side.env, cwd=PROJECT_ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True)
+    with TreeCpu(bulk.pid) as cpu:
+        stdout, stderr = bulk.communicate(timeout=timeout_s)
     wall = time.perf_counter() - started
-    if done.returncode != 0:
-        raise SystemExit(f"bulk failed (exit {done.returncode}):\n{done.stdout[-2000:]}\n{done.stderr[-2000:]}")
+    if bulk.returncode != 0:
+        raise SystemExit(f"bulk failed (exit {bulk.returncode}):\n{stdout[-2000:]}\n{stderr[-2000:]}")
     reader = plain_engine(side.url)
     left, cards = backlog(reader), card_count(reader)
     reader.dispose()
     if left[0]:
         raise SystemExit(f"bulk exited with {left[0]} cards still pending: the sides would not do the same work")
-    return BulkDrain(cards, wall, json.loads(done.stdout.strip().splitlines()[-1]))
+    return BulkDrain(cards, wall, json.loads(stdout.strip().splitlines()[-1]), cpu.by_kind(), cpu.worker_busy())
 
 
 def wait_until(done: Callable[[], bool], daemon: subprocess.Popen[bytes], log: Path, timeout_s: float,
@@ -252,7 +260,9 @@ def drain_with_daemon(side: Side, folder: Path, timeout_s: float, trickle: list[
     log = folder / f"{side.name}-daemon.log"
     started, own_cpu = time.time(), time.process_time()
     with running_daemon(side.env, log) as daemon, Sampler(side.url, started) as sampler:
-        wait_until(lambda: backlog(reader) == (0, 0), daemon, log, timeout_s, "empty backlog")
+        with TreeCpu(daemon.pid) as cpu:
+            wait_until(lambda: backlog(reader) == (0, 0), daemon, log, timeout_s, "empty backlog")
+            cpu.sample()
         drained_at, own_cpu = time.time(), time.process_time() - own_cpu
         cards = card_count(reader)
         # Let the last runs write their final events, so the trickle starts on an idle daemon.
@@ -269,7 +279,7 @@ def drain_with_daemon(side: Side, folder: Path, timeout_s: float, trickle: list[
     instance.dispose()
     reader.dispose()
     return StreamDrain(cards, drained_at - started, drained_at - (first_start or started), first_created - started,
-                       len(records), failed, samples, latencies, own_cpu)
+                       len(records), failed, samples, latencies, own_cpu, cpu.by_kind(), cpu.worker_busy())
 
 
 def trickle_latencies(url: str, rows: list[dict[str, object]], every_s: float, daemon: subprocess.Popen[bytes],
@@ -364,6 +374,21 @@ def governed_summary(samples: list[Sample]) -> str:
         spread.items(), key=lambda kv: (kv[0] is None, kv[0] or 0))) + f" of {len(samples)} samples"
 
 
+def cpu_line(b: BulkDrain, s: StreamDrain) -> str:
+    """Where the stream's seconds go: a card's CPU in a run worker against a bulk worker's, how busy each
+    worker was (waiting for a core counts as idle), and what the daemon and its code servers took."""
+    def workers(side: str, cards: int, cpu: dict[str, tuple[int, float]], busy: list[float]) -> str:
+        count, seconds = cpu.get("worker", (0, 0.0))
+        shares = ", ".join(f"{x:.0%}" for x in sorted(busy)) or "-"
+        return f"{count} {side} workers {seconds:.1f} s ({seconds / max(cards, 1):.3f} s a card; busy {shares})"
+
+    _, daemon_s = s.cpu.get("daemon", (0, 0.0))
+    servers, server_s = s.cpu.get("code server", (0, 0.0))
+    return (f"{workers('bulk', b.cards, b.cpu, b.busy)}; {workers('run', s.cards, s.cpu, s.busy)}; beside the runs: "
+            f"daemon {daemon_s:.1f} s, {servers} code server(s) {server_s:.1f} s "
+            f"({(daemon_s + server_s) / s.wall_s:.2f} of a core over the drain)")
+
+
 def report(bulks: list[BulkDrain], streams: list[StreamDrain], workers: int) -> None:
     print()
     per_rep: list[float] = []
@@ -375,6 +400,7 @@ def report(bulks: list[BulkDrain], streams: list[StreamDrain], workers: int) -> 
               f"and started {s.wall_s - s.from_first_run_s:.1f} s after the daemon's start; {s.runs} runs, "
               f"{s.failed_runs} not successful; governed concurrency {governed_summary(s.samples)}; this "
               f"bench's own CPU over the drain {s.bench_cpu_s:.1f} s")
+        print(f"rep {i} CPU: {cpu_line(b, s)}")
     cards = sum(b.cards for b in bulks)
     bulk_rate = cards / sum(b.wall_s for b in bulks)
     stream_rate = sum(s.cards for s in streams) / sum(s.wall_s for s in streams)

@@ -29,6 +29,36 @@ for _name in list(os.environ):
 # Stage C directly, whose default is the full pass; a test that wants the full pass through settings
 # sets STAGE_E_OCR_PASS=full itself.
 os.environ["STAGE_E_OCR_PASS"] = "cheap"
+# pytest-xdist's workers inherit COLUMNS=80 and LINES=24 from execnet, where a plain run has neither:
+# the CLI's tables would then wrap at 80 columns under `make test` and not under `pytest`.
+for _name in ("COLUMNS", "LINES"):
+    os.environ.pop(_name, None)
+
+
+# The longest tests, longest first (seconds in one `make test` with two workers, 2026-12-05): 327, 207,
+# 160, 127, 101 and 92. Each took 1.5-5 minutes; the next took 74 s.
+LONGEST = (
+    "tests/orchestration/test_throttle_storm.py::",
+    "tests/orchestration/test_daemon.py::test_a_sweep_outlives_a_trip",
+    "tests/orchestration/test_fault_drills.py::test_two_daemons_on_one_postgres_instance",
+    "tests/orchestration/test_screenshots.py::",
+    "tests/orchestration/test_daemon.py::test_a_trip_holds_a_sweeps_queued_runs",
+    "tests/orchestration/test_fault_drills.py::test_the_run_end_cursor_passes",
+)
+
+
+def _run_order(item: pytest.Item) -> tuple[int, bool]:
+    rank = next((i for i, prefix in enumerate(LONGEST) if item.nodeid.startswith(prefix)), len(LONGEST))
+    return rank, item.get_closest_marker("slow") is None
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """The longest tests first, then the other slow ones (daemons, drills, benchmarks' smoke runs), then the rest.
+
+    ``make test`` runs two xdist workers that steal work from each other. Run in file order, the
+    five-minute storm drill started last and ran alone while the other worker idled (24 min in all);
+    longest first, the last minutes are short tests on both workers. The order within a group is kept."""
+    items.sort(key=_run_order)
 
 
 @pytest.fixture(scope="session")

@@ -76,6 +76,10 @@ def test_streaming_vs_bulk_bench_prints_the_ratio_and_the_trickle_latency() -> N
     assert re.search(rf"^rep 1: .*governed concurrency .* of \d+ samples; this bench's own CPU over the drain "
                      rf"{NUMBER} s$", out, re.M), out
     assert re.search(rf"^rep 1: .*first run created {NUMBER} s and started {NUMBER} s after", out, re.M), out
+    cpu = (rf"^rep 1 CPU: \d+ bulk workers {NUMBER} s \({NUMBER} s a card; busy [^)]*\); \d+ run workers {NUMBER} s "
+           rf"\({NUMBER} s a card; busy [^)]*\); beside the runs: daemon {NUMBER} s, \d+ code server\(s\) {NUMBER} s "
+           rf"\({NUMBER} of a core over the drain\)$")
+    assert re.search(cpu, out, re.M), out
     assert re.search(rf"^ratio per repetition: {NUMBER} \(median {NUMBER}\)$", out, re.M), out
     assert re.search(rf"^trickle insert -> evidence, 2 cards: p50 {NUMBER} s  max {NUMBER} s", out, re.M), out
     assert re.search(r"^neighbour arm: \d+ cards, cap \d+; \d+ busy process\(es\) for 8 s", out, re.M), out
