@@ -35,7 +35,7 @@ The one setting changed from its default is ``STAGE_E_FETCH_FAILURE_RATE_CEILING
 corpus's broken images are made on purpose and must not trip the fetch-failure bar halfway.
 
 Usage:
-  python bench/streaming_vs_bulk.py --cards 1000                          # the figures (~8 min quiet)
+  python bench/streaming_vs_bulk.py --cards 1000                          # the figures (~15 min quiet)
   python bench/streaming_vs_bulk.py --reps 2                              # bulk, stream, stream, bulk
   python bench/streaming_vs_bulk.py --cards 60 --trickle 2 --trickle-every 2 --neighbour-s 20   # smoke
 """
