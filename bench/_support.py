@@ -14,7 +14,7 @@ import time
 import uuid
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Iterator, Sequence
+from typing import Iterator, Self, Sequence
 
 import psutil
 import sqlalchemy as sa
@@ -164,7 +164,32 @@ def running_daemon(env: dict[str, str], log_path: Path) -> Iterator[subprocess.P
         stop_group(daemon)
 
 
-class TreeCpu:
+class Periodic:
+    """``sample()`` every ``every_s`` seconds in a daemon thread, from the ``with`` block's start to its end."""
+
+    def __init__(self, every_s: float) -> None:
+        self._every_s = every_s
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def __enter__(self) -> Self:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join()
+
+    def sample(self) -> None:
+        raise NotImplementedError
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            self.sample()
+            self._stop.wait(self._every_s)
+
+
+class TreeCpu(Periodic):
     """CPU seconds of a process and its descendants, by kind, sampled every ``every_s`` in a thread.
 
     A process is counted by its last sample, so what it did after that is lost: at 1 s, under a second
@@ -174,19 +199,9 @@ class TreeCpu:
     it was seen) is kept too."""
 
     def __init__(self, root_pid: int, every_s: float = 1.0) -> None:
+        super().__init__(every_s)
         self._root = psutil.Process(root_pid)
         self._seen: dict[int, tuple[str, float, float, float]] = {}  # pid -> kind, cpu, first seen, last seen
-        self._every_s = every_s
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, daemon=True)
-
-    def __enter__(self) -> "TreeCpu":
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self._stop.set()
-        self._thread.join()
 
     @staticmethod
     def kind(command: str) -> str:
@@ -212,11 +227,6 @@ class TreeCpu:
                 self._seen[process.pid] = (kind, times.user + times.system, known[2] if known else now, now)
             except psutil.Error:
                 continue
-
-    def _run(self) -> None:
-        while not self._stop.is_set():
-            self.sample()
-            self._stop.wait(self._every_s)
 
     def by_kind(self) -> dict[str, tuple[int, float]]:
         """Kind -> (processes, CPU seconds)."""

@@ -48,7 +48,6 @@ import os
 import subprocess
 import sys
 import tempfile
-import threading
 import time
 from collections import Counter
 from dataclasses import dataclass, field
@@ -62,6 +61,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _support import (  # noqa: E402
     BIN,
     PROJECT_ROOT,
+    Periodic,
     TreeCpu,
     backlog,
     child_environment,
@@ -141,40 +141,31 @@ class Side:
         return cls(name, url, home, env)
 
 
-class Sampler:
+class Sampler(Periodic):
     """Every ``SAMPLE_S``, in a thread: the governed concurrency (``pool_controls``), CPU pressure, the
     load average and the trips opened, on the clock of ``started``."""
 
     def __init__(self, url: str, started: float) -> None:
+        super().__init__(SAMPLE_S)
         self.engine = plain_engine(url)
         self.started = started
         self.samples: list[Sample] = []
         self.pressure = CpuPressure(load_settings().cpu_pressure_file)
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, daemon=True)
-
-    def __enter__(self) -> "Sampler":
-        self._thread.start()
-        return self
 
     def __exit__(self, *exc: object) -> None:
-        self._stop.set()
-        self._thread.join()
+        super().__exit__(*exc)
         self.engine.dispose()
 
-    def _run(self) -> None:
-        while not self._stop.is_set():
-            try:
-                with self.engine.connect() as conn:
-                    governed = conn.execute(sa.select(PoolControl.governed_limit)
-                                            .where(PoolControl.pool == DISPATCH_POOL)).scalar_one_or_none()
-                    trips = conn.execute(sa.select(sa.func.count()).select_from(EnvelopeTrip)).scalar_one()
-            except sa.exc.OperationalError:  # the catalogue busy past the timeout: skip this sample
-                self._stop.wait(SAMPLE_S)
-                continue
-            self.samples.append(Sample(time.time() - self.started, governed, self.pressure.read(),
-                                       os.getloadavg()[0], trips))
-            self._stop.wait(SAMPLE_S)
+    def sample(self) -> None:
+        try:
+            with self.engine.connect() as conn:
+                governed = conn.execute(sa.select(PoolControl.governed_limit)
+                                        .where(PoolControl.pool == DISPATCH_POOL)).scalar_one_or_none()
+                trips = conn.execute(sa.select(sa.func.count()).select_from(EnvelopeTrip)).scalar_one()
+        except sa.exc.OperationalError:  # the catalogue busy past the timeout: skip this sample
+            return
+        self.samples.append(Sample(time.time() - self.started, governed, self.pressure.read(),
+                                   os.getloadavg()[0], trips))
 
 
 def readable_tail(corpus: Path, count: int) -> list[str]:
