@@ -10,7 +10,7 @@ demo: setup
 	$(VENV)/bin/stage-e demo --headless --until-idle
 
 # Two pytest-xdist workers, the longest tests first (tests/conftest.py). On a quiet 2-core machine the
-# whole run took 35 min one test at a time and 24 min with two in file order. `pytest` alone: one at a time.
+# tests took 35 min one at a time, 24 min with two in file order, 22 min longest first. `pytest`: one at a time.
 TEST_WORKERS ?= 2
 
 test: setup

@@ -57,7 +57,7 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
 
     ``make test`` runs two xdist workers that steal work from each other. Run in file order, the
     five-minute storm drill started last and ran alone while the other worker idled (24 min in all);
-    longest first, the last minutes are short tests on both workers. The order within a group is kept."""
+    longest first, the short tests fill both workers at the end (22 min). The order within a group is kept."""
     items.sort(key=_run_order)
 
 
