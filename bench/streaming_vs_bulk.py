@@ -211,7 +211,12 @@ def drain_with_bulk(side: Side, workers: int, timeout_s: float) -> BulkDrain:
     bulk = subprocess.Popen(command, env=side.env, cwd=PROJECT_ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                             text=True)
     with TreeCpu(bulk.pid) as cpu:
-        stdout, stderr = bulk.communicate(timeout=timeout_s)
+        try:
+            stdout, stderr = bulk.communicate(timeout=timeout_s)
+        except subprocess.TimeoutExpired:  # as subprocess.run does: no bulk left running past its timeout
+            bulk.kill()
+            bulk.communicate()
+            raise
     wall = time.perf_counter() - started
     if bulk.returncode != 0:
         raise SystemExit(f"bulk failed (exit {bulk.returncode}):\n{stdout[-2000:]}\n{stderr[-2000:]}")
