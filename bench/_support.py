@@ -23,6 +23,7 @@ from stage_e_dagster.catalog.backlog import STAGE_C_PENDING, STAGE_D_PENDING
 from stage_e_dagster.catalog.engine import make_engine
 from stage_e_dagster.catalog.migrate import upgrade
 from stage_e_dagster.catalog.models import Card, MicroBatch
+from stage_e_dagster.code_server import code_server_answers, code_server_command, free_port, grpc_workspace
 from stage_e_dagster.corpus.seed import seed_corpus
 from stage_e_dagster.defs.instance import (
     EMBEDDED_INSTANCE_YAML,
@@ -149,11 +150,13 @@ def child_environment(home: Path, **overrides: str) -> dict[str, str]:
 
 
 @contextmanager
-def running_daemon(env: dict[str, str], log_path: Path) -> Iterator[subprocess.Popen[bytes]]:
-    """``dagster-daemon run`` on the project's workspace; stopped on exit (SIGTERM to its process
-    group, SIGKILL after 30 s), which also ends its code server and any run worker still going."""
+def running_daemon(env: dict[str, str], log_path: Path,
+                   workspace: Path = WORKSPACE_YAML) -> Iterator[subprocess.Popen[bytes]]:
+    """``dagster-daemon run`` on ``workspace`` (the project's own by default, where the daemon starts
+    its code server); stopped on exit (SIGTERM to its process group, SIGKILL after 30 s), which also
+    ends a code server it started and any run worker that server launched."""
     with open(log_path, "ab") as log:
-        daemon = subprocess.Popen([str(BIN / "dagster-daemon"), "run", "-w", str(WORKSPACE_YAML)], env=env,
+        daemon = subprocess.Popen([str(BIN / "dagster-daemon"), "run", "-w", str(workspace)], env=env,
                                   cwd=PROJECT_ROOT, stdout=log, stderr=subprocess.STDOUT,
                                   preexec_fn=reset_signals)
     try:
@@ -162,6 +165,30 @@ def running_daemon(env: dict[str, str], log_path: Path) -> Iterator[subprocess.P
         # The code server and run workers may still be writing to the state folder the caller is
         # about to delete: the whole group is waited for.
         stop_group(daemon)
+
+
+@contextmanager
+def serving_code(env: dict[str, str], log_path: Path, folder: Path,
+                 timeout_s: float = 120.0) -> Iterator[tuple[subprocess.Popen[bytes], Path]]:
+    """The code location's own gRPC code server (``stage_e_dagster.code_server``), as production
+    runs it, and a workspace file in ``folder`` that loads it; yielded once it answers. Stopped on
+    exit with its process group, which holds the run workers it launched."""
+    port = free_port()
+    workspace = folder / f"workspace-{port}.yaml"
+    workspace.write_text(grpc_workspace(port))
+    with open(log_path, "ab") as log:
+        server = subprocess.Popen(code_server_command(port), env=env, cwd=PROJECT_ROOT, stdout=log,
+                                  stderr=subprocess.STDOUT, preexec_fn=reset_signals)
+    try:
+        deadline = time.monotonic() + timeout_s
+        while not code_server_answers(port):
+            if server.poll() is not None or time.monotonic() > deadline:
+                raise SystemExit(f"code server on port {port} did not answer (exit {server.poll()}); "
+                                 f"log tail:\n{log_path.read_text(errors='replace')[-3000:]}")
+            time.sleep(0.5)
+        yield server, workspace
+    finally:
+        stop_group(server)
 
 
 class Periodic:
@@ -190,17 +217,18 @@ class Periodic:
 
 
 class TreeCpu(Periodic):
-    """CPU seconds of a process and its descendants, by kind, sampled every ``every_s`` in a thread.
+    """CPU seconds of processes and their descendants, by kind, sampled every ``every_s`` in a thread.
 
     A process is counted by its last sample, so what it did after that is lost: at 1 s, under a second
-    of each process that ends. Kinds: ``daemon``, ``code server`` (the daemon starts a new one every
-    60 s), ``worker`` (a Dagster run or a bulk pool worker, both started by multiprocessing's spawn),
-    and ``other`` (the root, trackers, log tails). For each worker its busy share (CPU over the time
+    of each process that ends. Kinds: ``daemon``, ``code server`` (a daemon on a ``python_module``
+    workspace starts a new one every 60 s), ``worker`` (a Dagster run or a bulk pool worker, both
+    started by multiprocessing's spawn), and ``other`` (the root, trackers, log tails). For each
+    worker its busy share (CPU over the time
     it was seen) is kept too."""
 
-    def __init__(self, root_pid: int, every_s: float = 1.0) -> None:
+    def __init__(self, *root_pids: int, every_s: float = 1.0) -> None:
         super().__init__(every_s)
-        self._root = psutil.Process(root_pid)
+        self._roots = [psutil.Process(pid) for pid in root_pids]
         self._seen: dict[int, tuple[str, float, float, float]] = {}  # pid -> kind, cpu, first seen, last seen
 
     @staticmethod
@@ -214,10 +242,12 @@ class TreeCpu(Periodic):
         return "other"
 
     def sample(self) -> None:
-        try:
-            processes = [self._root, *self._root.children(recursive=True)]
-        except psutil.Error:
-            return
+        processes: list[psutil.Process] = []
+        for root in self._roots:
+            try:
+                processes += [root, *root.children(recursive=True)]
+            except psutil.Error:
+                continue
         now = time.time()
         for process in processes:
             try:

@@ -8,10 +8,13 @@ Three questions an operator asks before switching streaming on:
      each side drains its own copy of the catalogue, in its own state folder and ``DAGSTER_HOME``:
        * bulk:   ``stage-e bulk --stage all --workers N`` (N: the usable CPUs), timed from the
                  command's start to its exit;
-       * stream: ``dagster-daemon run -w workspace.yaml`` with the project's ``dagster.yaml`` and the
-                 shipped settings: batches sized by work, ``STAGE_E_MAX_CONCURRENT_DISPATCHES`` and
-                 every envelope bar at its default (the contention governor included). Timed from the
-                 daemon's start, with the backlog already in the catalogue, to the backlog empty (no
+       * stream: the code location's own code server (``dagster code-server start``) and
+                 ``dagster-daemon run`` loading it through a ``grpc_server`` workspace, as production
+                 runs them (docs/operations.md, "Running on PostgreSQL"; ``dg dev`` shares one code
+                 server the same way), with the project's ``dagster.yaml`` and the shipped settings:
+                 batches sized by work, ``STAGE_E_MAX_CONCURRENT_DISPATCHES`` and every envelope bar
+                 at its default (the contention governor included). Timed from the code server's
+                 start, with the backlog already in the catalogue, to the backlog empty (no
                  card pending either stage, no micro-batch pending or running): what a user meets
                  who turns streaming on over a backlog. The drain from the first run's start is
                  printed beside (with when the first run was created and started), and the governed
@@ -50,9 +53,10 @@ import sys
 import tempfile
 import time
 from collections import Counter
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable
+from typing import Callable, Iterator
 
 import sqlalchemy as sa
 from dagster import DagsterInstance, DagsterRunStatus, RunsFilter
@@ -70,6 +74,7 @@ from _support import (  # noqa: E402
     plain_engine,
     running_daemon,
     seed_template,
+    serving_code,
 )
 
 from stage_e_dagster.catalog.models import Card, EnvelopeTrip, PoolControl  # noqa: E402
@@ -113,7 +118,7 @@ class StreamDrain:
     cards: int
     wall_s: float
     from_first_run_s: float
-    first_run_created_s: float  # from the daemon's start to the first dispatch run's creation (a tick's request)
+    first_run_created_s: float  # from the services' start to the first dispatch run's creation (a tick's request)
     runs: int
     failed_runs: int
     samples: list[Sample]
@@ -228,6 +233,15 @@ def drain_with_bulk(side: Side, workers: int, timeout_s: float) -> BulkDrain:
     return BulkDrain(cards, wall, json.loads(stdout.strip().splitlines()[-1]), cpu.by_kind(), cpu.worker_busy())
 
 
+@contextmanager
+def streaming(side: Side, folder: Path, log: Path) -> Iterator[tuple[subprocess.Popen[bytes], subprocess.Popen[bytes]]]:
+    """The stream side as production runs it (docs/operations.md): the code location's own code
+    server, then ``dagster-daemon run`` loading it through a ``grpc_server`` workspace. Both log to ``log``."""
+    with serving_code(side.env, log, folder) as (server, workspace), \
+            running_daemon(side.env, log, workspace) as daemon:
+        yield server, daemon
+
+
 def wait_until(done: Callable[[], bool], daemon: subprocess.Popen[bytes], log: Path, timeout_s: float,
                what: str) -> None:
     deadline = time.perf_counter() + timeout_s
@@ -255,8 +269,8 @@ def drain_with_daemon(side: Side, folder: Path, timeout_s: float, trickle: list[
     instance = DagsterInstance.from_config(str(side.home))
     log = folder / f"{side.name}-daemon.log"
     started, own_cpu = time.time(), time.process_time()
-    with running_daemon(side.env, log) as daemon, Sampler(side.url, started) as sampler:
-        with TreeCpu(daemon.pid) as cpu:
+    with streaming(side, folder, log) as (server, daemon), Sampler(side.url, started) as sampler:
+        with TreeCpu(server.pid, daemon.pid) as cpu:
             wait_until(lambda: backlog(reader) == (0, 0), daemon, log, timeout_s, "empty backlog")
             cpu.sample()
         drained_at, own_cpu = time.time(), time.process_time() - own_cpu
@@ -325,7 +339,7 @@ def beside_a_neighbour(side: Side, folder: Path, copies: int, neighbour_s: float
     log = folder / f"{side.name}-daemon.log"
     started = time.time()
     busy: list[subprocess.Popen[bytes]] = []
-    with running_daemon(side.env, log) as daemon, Sampler(side.url, started) as sampler:
+    with streaming(side, folder, log) as (_, daemon), Sampler(side.url, started) as sampler:
         wait_until(lambda: first_run_start(instance) is not None, daemon, log, 300, "first dispatch run")
         begin_at = first_run_start(instance) + min(WARM_S, neighbour_s) - started  # type: ignore[operator]
         try:
@@ -391,9 +405,9 @@ def report(bulks: list[BulkDrain], streams: list[StreamDrain], workers: int) -> 
     for i, (b, s) in enumerate(zip(bulks, streams), start=1):
         per_rep.append(b.wall_s / s.wall_s * s.cards / b.cards)
         print(f"rep {i}: bulk {b.cards} cards in {b.wall_s:.1f} s ({b.cards / b.wall_s:.3f} cards/s); stream "
-              f"{s.cards} cards in {s.wall_s:.1f} s from the daemon's start ({s.cards / s.wall_s:.3f} cards/s), "
+              f"{s.cards} cards in {s.wall_s:.1f} s from the services' start ({s.cards / s.wall_s:.3f} cards/s), "
               f"{s.from_first_run_s:.1f} s from first run start; first run created {s.first_run_created_s:.1f} s "
-              f"and started {s.wall_s - s.from_first_run_s:.1f} s after the daemon's start; {s.runs} runs, "
+              f"and started {s.wall_s - s.from_first_run_s:.1f} s after the services' start; {s.runs} runs, "
               f"{s.failed_runs} not successful; governed concurrency {governed_summary(s.samples)}; this "
               f"bench's own CPU over the drain {s.bench_cpu_s:.1f} s")
         print(f"rep {i} CPU: {cpu_line(b, s)}")
@@ -406,8 +420,8 @@ def report(bulks: list[BulkDrain], streams: list[StreamDrain], workers: int) -> 
     print(f"stream (dagster-daemon, shipped settings: cap {settings.max_concurrent_dispatches}, cpu pressure bars "
           f"{settings.cpu_pressure_soft_bar:g}/{settings.cpu_pressure_ceiling:g}, load bars "
           f"{settings.host_load_soft_bar:g}/{settings.host_load_ceiling:g}): "
-          f"{stream_rate:.3f} cards/s from the daemon's start, {first_run_rate:.3f} cards/s from first run start")
-    print(f"ratio streaming/bulk: {stream_rate / bulk_rate:.3f} from the daemon's start   (target >= 0.9); "
+          f"{stream_rate:.3f} cards/s from the services' start, {first_run_rate:.3f} cards/s from first run start")
+    print(f"ratio streaming/bulk: {stream_rate / bulk_rate:.3f} from the services' start   (target >= 0.9); "
           f"{first_run_rate / bulk_rate:.3f} from first run start")
     # One drain moves by several seconds with the machine's speed over that minute: each repetition's
     # own ratio shows how far apart they fell, beside the pooled one above (the target's figure).

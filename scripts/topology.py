@@ -27,7 +27,6 @@ import json
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -35,13 +34,13 @@ import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
 
+from stage_e_dagster.code_server import code_server_answers, code_server_command, grpc_workspace, port_taken
 from stage_e_dagster.process_groups import group_alive, reset_signals, stop_pgid
 
 PROJECT_ROOT = Path(__file__).resolve().parents[1]
 POSTGRES_INSTANCE_YAML = PROJECT_ROOT / "deploy" / "dagster.postgres.yaml"
 BIN = Path(sys.executable).parent
 SERVICES = ("code-server", "daemon", "webserver")
-LOCATION = "stage_e_dagster"
 
 
 class TopologyError(Exception):
@@ -78,8 +77,7 @@ class Topology:
 
     def command(self, service: str) -> list[str]:
         if service == "code-server":
-            return [str(BIN / "dagster"), "code-server", "start", "-h", "127.0.0.1", "-p", str(self.grpc_port),
-                    "-m", "stage_e_dagster.definitions", "--location-name", LOCATION]
+            return code_server_command(self.grpc_port)
         if service == "daemon":
             return [str(BIN / "dagster-daemon"), "run", "-w", str(self.workspace)]
         return [str(BIN / "dagster-webserver"), "-w", str(self.workspace), "-h", "127.0.0.1",
@@ -93,14 +91,7 @@ class Topology:
         self.home.mkdir(parents=True, exist_ok=True)
         shutil.copyfile(POSTGRES_INSTANCE_YAML, self.home / "dagster.yaml")
         create_instance_storage(self.home)
-        self.workspace.write_text(
-            "# Written by scripts/topology.py: the code location is the code server, not a module in process.\n"
-            "load_from:\n"
-            "  - grpc_server:\n"
-            "      host: 127.0.0.1\n"
-            f"      port: {self.grpc_port}\n"
-            f"      location_name: {LOCATION}\n"
-        )
+        self.workspace.write_text(grpc_workspace(self.grpc_port))
 
     def pid(self, service: str) -> int | None:
         try:
@@ -132,9 +123,7 @@ class Topology:
 
     def _answers(self, service: str) -> bool:
         if service == "code-server":
-            probe = subprocess.run([str(BIN / "dagster"), "api", "grpc-health-check", "-p", str(self.grpc_port),
-                                    "-h", "127.0.0.1"], capture_output=True, timeout=60)
-            return probe.returncode == 0
+            return code_server_answers(self.grpc_port)
         if service == "webserver":
             try:
                 with urllib.request.urlopen(f"http://127.0.0.1:{self.web_port}/server_info", timeout=5) as reply:
@@ -170,7 +159,7 @@ def up(topology: Topology, timeout_s: float) -> None:
     env = topology.env()
     topology.prepare()
     for port in (topology.grpc_port, topology.web_port):
-        if _port_taken(port):
+        if port_taken(port):
             raise TopologyError(f"port {port} on 127.0.0.1 is in use; pick others with --grpc-port/--web-port")
     started: list[str] = []
     try:
@@ -191,7 +180,7 @@ def restart_code_server(topology: Topology, timeout_s: float) -> None:
     topology.stop_server_only("code-server")
     topology.pid_file("code-server").unlink(missing_ok=True)
     deadline = time.monotonic() + timeout_s
-    while _port_taken(topology.grpc_port) and time.monotonic() < deadline:
+    while port_taken(topology.grpc_port) and time.monotonic() < deadline:
         time.sleep(0.2)
     topology.start("code-server", env)
     topology.wait_ready("code-server", timeout_s)
@@ -224,10 +213,6 @@ def _pid_alive(pid: int) -> bool:
     except FileNotFoundError:
         return False
 
-
-def _port_taken(port: int) -> bool:
-    with socket.socket() as probe:
-        return probe.connect_ex(("127.0.0.1", port)) == 0
 
 
 def _tail(path: Path, chars: int = 2000) -> str:

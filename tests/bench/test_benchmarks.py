@@ -71,7 +71,7 @@ def test_end_to_end_bench_prints_throughput_ratios_and_overhead() -> None:
 def test_streaming_vs_bulk_bench_prints_the_ratio_and_the_trickle_latency() -> None:
     out = run_bench("streaming_vs_bulk.py", "--cards", "12", "--trickle", "2", "--trickle-every", "2",
                     "--neighbour-s", "8", timeout=900)
-    ratio = rf"^ratio streaming/bulk: {NUMBER} from the daemon's start .*; {NUMBER} from first run start"
+    ratio = rf"^ratio streaming/bulk: {NUMBER} from the services' start .*; {NUMBER} from first run start"
     assert re.search(ratio, out, re.M), out
     assert re.search(rf"^rep 1: .*governed concurrency .* of \d+ samples; this bench's own CPU over the drain "
                      rf"{NUMBER} s$", out, re.M), out

@@ -1,0 +1,58 @@
+"""The code location served by a gRPC code server of its own, as production runs it.
+
+``dagster-daemon run`` on a ``python_module`` workspace starts its own code server and replaces it
+every 60 s (Dagster's ``RELOAD_WORKSPACE_INTERVAL``): a new process importing Dagster, OpenCV and
+the project each minute, about 3 s of CPU beside the runs. A daemon (or webserver) that loads the
+location through a ``grpc_server`` entry only re-reads its definitions from the one server, as
+``dg dev`` and the deployment in docs/operations.md do. ``scripts/topology.py`` and the streaming
+benchmark start the server with these.
+"""
+
+from __future__ import annotations
+
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+LOCATION = "stage_e_dagster"
+MODULE = "stage_e_dagster.definitions"
+HOST = "127.0.0.1"
+BIN = Path(sys.executable).parent
+
+
+def code_server_command(port: int, host: str = HOST) -> list[str]:
+    """``dagster code-server start`` serving the definitions on ``host:port`` (the Dockerfile's command)."""
+    return [str(BIN / "dagster"), "code-server", "start", "-h", host, "-p", str(port), "-m", MODULE,
+            "--location-name", LOCATION]
+
+
+def grpc_workspace(port: int, host: str = HOST) -> str:
+    """A workspace file's text that loads the location from the code server on ``host:port``."""
+    return (
+        "# The code location is the code server on this port, not a module loaded in process.\n"
+        "load_from:\n"
+        "  - grpc_server:\n"
+        f"      host: {host}\n"
+        f"      port: {port}\n"
+        f"      location_name: {LOCATION}\n"
+    )
+
+
+def code_server_answers(port: int, host: str = HOST) -> bool:
+    """Whether a code server on ``host:port`` answers Dagster's own health check."""
+    probe = subprocess.run([str(BIN / "dagster"), "api", "grpc-health-check", "-p", str(port), "-h", host],
+                           capture_output=True, timeout=60)
+    return probe.returncode == 0
+
+
+def port_taken(port: int, host: str = HOST) -> bool:
+    with socket.socket() as probe:
+        return probe.connect_ex((host, port)) == 0
+
+
+def free_port(host: str = HOST) -> int:
+    """A port nothing listens on now (the system's pick), for a server started right after."""
+    with socket.socket() as probe:
+        probe.bind((host, 0))
+        return int(probe.getsockname()[1])
