@@ -23,7 +23,7 @@ from stage_e_dagster.catalog.backlog import STAGE_C_PENDING, STAGE_D_PENDING
 from stage_e_dagster.catalog.engine import make_engine
 from stage_e_dagster.catalog.migrate import upgrade
 from stage_e_dagster.catalog.models import Card, MicroBatch
-from stage_e_dagster.code_server import code_server_answers, code_server_command, free_port, grpc_workspace
+from stage_e_dagster.code_server import code_server_answers, free_port, grpc_server_command, grpc_workspace
 from stage_e_dagster.corpus.seed import seed_corpus
 from stage_e_dagster.defs.instance import (
     EMBEDDED_INSTANCE_YAML,
@@ -170,14 +170,14 @@ def running_daemon(env: dict[str, str], log_path: Path,
 @contextmanager
 def serving_code(env: dict[str, str], log_path: Path, folder: Path,
                  timeout_s: float = 120.0) -> Iterator[tuple[subprocess.Popen[bytes], Path]]:
-    """The code location's own gRPC code server (``stage_e_dagster.code_server``), as production
-    runs it, and a workspace file in ``folder`` that loads it; yielded once it answers. Stopped on
-    exit with its process group, which holds the run workers it launched."""
+    """The code location's own gRPC server (``dagster api grpc``, as the Helm chart's user-code
+    deployment runs it) and a workspace file in ``folder`` that loads it; yielded once it answers.
+    Stopped on exit with its process group, which holds the run workers it launched."""
     port = free_port()
     workspace = folder / f"workspace-{port}.yaml"
     workspace.write_text(grpc_workspace(port))
     with open(log_path, "ab") as log:
-        server = subprocess.Popen(code_server_command(port), env=env, cwd=PROJECT_ROOT, stdout=log,
+        server = subprocess.Popen(grpc_server_command(port), env=env, cwd=PROJECT_ROOT, stdout=log,
                                   stderr=subprocess.STDOUT, preexec_fn=reset_signals)
     try:
         deadline = time.monotonic() + timeout_s

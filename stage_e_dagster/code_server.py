@@ -27,6 +27,13 @@ def code_server_command(port: int, host: str = HOST) -> list[str]:
             "--location-name", LOCATION]
 
 
+def grpc_server_command(port: int, host: str = HOST) -> list[str]:
+    """``dagster api grpc`` serving the definitions on ``host:port``: the one process the Helm chart's
+    user-code deployment runs, without ``code-server start``'s proxy in front (a second gRPC process,
+    which a deployment restarts instead of reloading)."""
+    return [str(BIN / "dagster"), "api", "grpc", "-h", host, "-p", str(port), "-m", MODULE, "--location-name", LOCATION]
+
+
 def grpc_workspace(port: int, host: str = HOST) -> str:
     """A workspace file's text that loads the location from the code server on ``host:port``."""
     return (

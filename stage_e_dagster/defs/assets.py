@@ -87,13 +87,13 @@ def stage_c_evidence(
     fetcher = stage_e.image_fetcher(settings)
     try:
         result = run_batch_stage_c(engine, batch, run_id=context.run.run_id, fetcher=fetcher, logger=context.log,
-                                   ocr_pass=settings.ocr_pass)
+                                   ocr_pass=settings.ocr_pass, split_for=(settings, DISPATCH_POOL))
     finally:
         fetcher.close()
     if result.lockout_trip_id:
         context.log.warning(f"image host lockout: opened trip {result.lockout_trip_id}; Stage C stopped")
     row = stage_c_row(
-        batch,
+        result.batch,  # without the cards split off to a batch of their own: that batch's row counts them
         result.report,
         peak_rss_mb=peak_rss_mb(),
         elapsed_s=time.time() - _run_started_at(context),

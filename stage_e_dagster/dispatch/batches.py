@@ -154,6 +154,36 @@ def take_batch(session: Session, batch_key: str, *, run_id: str, now: datetime, 
     return True
 
 
+def split_tail(
+    session: Session, batch_key: str, *, run_id: str, tail: Sequence[int], now: datetime, claim_ttl_s: int
+) -> MicroBatch | None:
+    """Move ``tail``, the last cards of a running batch that its run has not started, to a new pending
+    batch, unrequested: the next reconciling tick requests it for a slot that would otherwise idle.
+
+    Only the run that holds the batch splits it, under the batch row's lock (``FOR UPDATE``; SQLite's
+    write lock is held from the transaction's start) and a compare-and-set on (running, ``run_id``);
+    the claims move with the cards, so no other selector can take them between the two batches. The
+    new batch keeps the trigger and the attempt (a card that crashes runs still parks on time).
+    ``None`` when the run no longer holds the batch, or none of ``tail`` is in it while some cards stay."""
+    batch = session.get(MicroBatch, batch_key, with_for_update=True, populate_existing=True)
+    if batch is None or batch.status != "running" or batch.run_id != run_id:
+        return None
+    held = set(batch.card_ids)
+    moving = [card_id for card_id in tail if card_id in held]
+    if not moving or len(moving) == len(held):
+        return None
+    leaving, trigger, attempt = set(moving), batch.trigger_reason, batch.attempt
+    if not _set_status(session, batch_key, to="running", when=("running",), held_by=run_id,
+                       card_ids=[card_id for card_id in batch.card_ids if card_id not in leaving]):
+        return None
+    key = new_batch_key(now, moving)
+    transfer_claims(session, from_key=batch_key, to_key=key, expires_at=now + timedelta(seconds=claim_ttl_s),
+                    card_ids=moving)
+    session.expire(batch)
+    return record_batch(session, moving, trigger_reason=trigger, now=now, claim_ttl_s=claim_ttl_s, attempt=attempt,
+                        key=key, requested=False)
+
+
 def record_stage_c_end(
     session: Session, batch_key: str, *, run_id: str, cards_done: int, stopped_by_trip: str | None
 ) -> bool:

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import logging
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import timedelta
 from typing import TYPE_CHECKING
 
@@ -23,6 +23,7 @@ from ..envelope.trips import check_envelope, current_open_trip, open_trip
 from ..settings import Settings
 from .batches import dispatch_writer, get_batch, mark_succeeded, record_stage_c_end, still_held, take_batch
 from .guard import FLAG_OFF, check_gate
+from .tail import TailSplitter
 
 if TYPE_CHECKING:  # the stages (OpenCV, ONNX Runtime, HTTP) load when a run first needs them, not at load
     from ..stage_c.fetch import ImageFetcher
@@ -88,9 +89,14 @@ class BatchLog:
 
 @dataclass(frozen=True)
 class StageCResult:
+    """``batch`` is the batch as Stage C left it: without the cards it split off to ``splits`` (new
+    batch key, cards), which their own runs account for."""
+
     report: StageCReport
     lockout_trip_id: str | None
+    batch: BatchInfo
     stopped_by_trip: str | None = None  # the trip (a lockout's or any other) that stopped Stage C early
+    splits: tuple[tuple[str, int], ...] = ()
 
 
 def start_batch(engine: sa.Engine, settings: Settings, batch_key: str, *, run_id: str) -> BatchInfo:
@@ -141,14 +147,22 @@ def must_stop(engine: sa.Engine, batch_key: str, *, run_id: str) -> bool:
 
 
 def run_batch_stage_c(engine: sa.Engine, batch: BatchInfo, *, run_id: str, fetcher: ImageFetcher,
-                      logger: logging.Logger | None = None, ocr_pass: str = "full") -> StageCResult:
+                      logger: logging.Logger | None = None, ocr_pass: str = "full",
+                      split_for: tuple[Settings, str] | None = None) -> StageCResult:
     """Stage C over the batch. A lockout stops Stage C and opens a trip at once; the caller goes on to Stage D.
 
-    Progress and every card that failed, was deferred or was left terminal go to ``logger``.
+    Progress and every card that failed, was deferred or was left terminal go to ``logger``. With
+    ``split_for`` (the settings and the dispatch pool), the batch hands its unstarted tail to a slot
+    that would otherwise idle (``dispatch/tail.py``).
     """
-    from ..stage_c.run import run_stage_c
+    from ..stage_c.run import FETCH_AHEAD, run_stage_c
 
     said = BatchLog(logger or log, "stage C", len(batch.card_ids))
+    splitter = None
+    if split_for is not None:
+        settings, pool = split_for
+        splitter = TailSplitter(engine, settings, batch_key=batch.batch_key, card_ids=batch.card_ids,
+                                trigger_reason=batch.trigger_reason, run_id=run_id, pool=pool, ahead=FETCH_AHEAD)
     report = run_stage_c(
         engine,
         batch.card_ids,
@@ -159,7 +173,13 @@ def run_batch_stage_c(engine: sa.Engine, batch: BatchInfo, *, run_id: str, fetch
         progress=said.advance,
         on_card=said.card,
         ocr_pass=ocr_pass,
+        gone=splitter.gone if splitter is not None else None,
     )
+    splits = tuple(splitter.splits) if splitter is not None else ()
+    for key, cards in splits:
+        (logger or log).info(f"stage C: a slot was idle; the last {cards} cards not started went to batch {key}")
+    if splitter is not None and splits:
+        batch = replace(batch, card_ids=[card_id for card_id in batch.card_ids if not splitter.moved(card_id)])
     trip_id = None
     if report.lockout is not None:
         with session_scope(engine) as session:
@@ -174,7 +194,8 @@ def run_batch_stage_c(engine: sa.Engine, batch: BatchInfo, *, run_id: str, fetch
         stopped_by = trip_id or (_open_trip_id(session) if report.stopped else None)
         record_stage_c_end(session, batch.batch_key, run_id=run_id, cards_done=cards_done(report),
                            stopped_by_trip=stopped_by)
-    return StageCResult(report=report, lockout_trip_id=trip_id, stopped_by_trip=stopped_by)
+    return StageCResult(report=report, lockout_trip_id=trip_id, batch=batch, stopped_by_trip=stopped_by,
+                        splits=splits)
 
 
 def cards_done(report: StageCReport) -> int:

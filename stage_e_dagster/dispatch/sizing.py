@@ -11,7 +11,10 @@ While the pool itself caps how many dispatch runs go at once, each slot also hol
 behind its running one: when a run ends, Dagster's run queue starts the next within a second, not
 after the next sensor tick. A backlog smaller than the queue holds at full size goes out in as few
 batches as hold it (every run costs its start-up), in whole rounds of the slots and split evenly,
-so the last batches end together rather than leaving a slot idle.
+so the last batches end together rather than leaving a slot idle. Dealt batches still end apart
+(a card's cost is known only once it ran), so a running batch with a slot idle beside it and nothing
+waiting hands the last cards it has not started to a batch of their own (``tail_to_split``,
+``dispatch/tail.py``).
 """
 
 from __future__ import annotations
@@ -51,6 +54,9 @@ DEFAULT_SECONDS_PER_CARD = 0.1
 # tail is split into one more batch only if each still holds this much work: a smaller split costs
 # another run's start-up to save less time than that.
 RUN_START_S = 4.0
+# A batch split off a running one's tail waits for the next sensor tick to request it (the daemon
+# passes every 5 s, so half of that on average), then for its run's start-up.
+SPLIT_START_S = RUN_START_S + 2.5
 # How many of the newest succeeded batches the measure looks at (read through (status, finished_at)).
 HISTORY_BATCHES = 20
 # Batches queued behind each running one while the pool caps the running ones (see the module's docstring).
@@ -173,6 +179,15 @@ def plan_for_tick(
     size = max(MIN_BATCH_CARDS, worth_a_run, math.ceil(waiting / places))
     return BatchPlan(batch_size=size, max_batches=slots, basis=TRICKLE, seconds_per_card=rate, waiting=waiting,
                      depth=depth)
+
+
+def tail_to_split(left: int, seconds_per_card: float) -> int:
+    """How many of the ``left`` cards a running batch has still to do (the current one included) to move
+    from its end to a batch of their own for an idle slot: half of their work after the new run's
+    start-up (``SPLIT_START_S``), so the two runs end together; 0 when that share is less work than a
+    start-up, which the split would not win back."""
+    share = math.floor((left * seconds_per_card - SPLIT_START_S) / (2 * seconds_per_card))
+    return share if share >= MIN_BATCH_CARDS and share * seconds_per_card >= SPLIT_START_S else 0
 
 
 def plan_for_sweep(settings: Settings, *, max_batches: int, session: Session) -> BatchPlan:

@@ -167,7 +167,8 @@ def run_stage_c(engine: sa.Engine, card_ids: Sequence[int] | None, *, writer: st
                 fetcher: ImageFetcher, lexicon: frozenset[str] | None = None, limit: int | None = None,
                 progress: Callable[[int], None] | None = None, should_stop: Callable[[], bool] | None = None,
                 retry_budget: int = DEFAULT_RETRY_BUDGET, fetch_ahead: int = FETCH_AHEAD,
-                on_card: CardNote | None = None, skip_leased: bool = False, ocr_pass: str = "full") -> StageCReport:
+                on_card: CardNote | None = None, skip_leased: bool = False, ocr_pass: str = "full",
+                gone: Callable[[int], bool] | None = None) -> StageCReport:
     """Bring the evidence of ``card_ids`` (None: the whole Stage C backlog, by id) up to date.
 
     Ordinary per-card failures are counted and recorded, never raised. A 403 from an image host
@@ -177,7 +178,8 @@ def run_stage_c(engine: sa.Engine, card_ids: Sequence[int] | None, *, writer: st
     stop. Up to ``fetch_ahead`` cards are fetched ahead in a thread while a card computes.
     ``on_card`` is told of each card that failed, was deferred or was left terminal. ``skip_leased``
     (BULK mode beside streaming) leaves alone every card a live lease holds. ``ocr_pass`` is how the
-    text is read (``settings.ocr_pass``).
+    text is read (``settings.ocr_pass``). ``gone``, asked before every card after ``should_stop``, says
+    the card and every one after it went to another batch (``dispatch/tail.py``): Stage C ends there.
     """
     if lexicon is None:
         lexicon = known_set_codes(engine)
@@ -194,6 +196,8 @@ def run_stage_c(engine: sa.Engine, card_ids: Sequence[int] | None, *, writer: st
             if should_stop is not None and should_stop():
                 report.deferred_card_ids.append(view.id)
                 stopped = report.stopped = True
+                break
+            if gone is not None and gone(view.id):
                 break
             report.attempted += 1
             cards.start(None if limit is None else limit - report.attempted)

@@ -33,6 +33,7 @@ from stage_e_dagster.dispatch.batches import (
     record_stage_c_end,
     renew_lease,
     request_again,
+    split_tail,
     still_held,
     take_batch,
 )
@@ -146,6 +147,10 @@ CALLS: dict[str, dict[str, Call]] = {
     "mark_succeeded": {
         "its run": lambda s, seen: mark_succeeded(s, seen, now=utcnow(), peak_rss_mb=1.0, run_id=HOLDER),
     },
+    "split_tail": {
+        "its run": lambda s, seen: split_tail(s, seen.batch_key, run_id=HOLDER, tail=seen.card_ids[-1:], now=utcnow(),
+                                              claim_ttl_s=TTL),
+    },
     "fail_and_retry": {"its run's end": _fail(HOLDER), "an untaken run's end": _fail(None)},
     "abandon": {"its run's end": _abandon(HOLDER), "an untaken run's end": _abandon(None)},
     "forget_batches": {"retention": lambda s, seen: forget_batches(s, [seen.batch_key])},
@@ -156,6 +161,8 @@ STRANGERS: dict[str, Call] = {
     "record_stage_c_end": lambda s, seen: record_stage_c_end(s, seen.batch_key, run_id=STRANGER, cards_done=1,
                                                              stopped_by_trip=None),
     "mark_succeeded": lambda s, seen: mark_succeeded(s, seen, now=utcnow(), peak_rss_mb=1.0, run_id=STRANGER),
+    "split_tail": lambda s, seen: split_tail(s, seen.batch_key, run_id=STRANGER, tail=seen.card_ids[-1:], now=utcnow(),
+                                             claim_ttl_s=TTL),
     "fail_and_retry": _fail(STRANGER),
     "abandon": _abandon(STRANGER),
 }

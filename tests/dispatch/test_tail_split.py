@@ -1,0 +1,189 @@
+"""A running batch hands its unstarted tail to an idle slot (``dispatch/tail.py``): how much, when
+never, and that every card stays in exactly one batch with its claim."""
+
+from __future__ import annotations
+
+import itertools
+from datetime import timedelta
+
+import pytest
+import sqlalchemy as sa
+
+from stage_e_dagster.catalog.base import utcnow
+from stage_e_dagster.catalog.engine import session_scope
+from stage_e_dagster.catalog.models import CardClaim, MicroBatch, PoolControl
+from stage_e_dagster.dispatch.backlog_walk import SWEEP_TRIGGER
+from stage_e_dagster.dispatch.batches import record_batch, request_again, split_tail, take_batch
+from stage_e_dagster.dispatch.sizing import SPLIT_START_S, tail_to_split
+from stage_e_dagster.dispatch.tail import CHECK_EVERY_S, KEEP_EXTRA, MIN_CARDS_MEASURED, TailSplitter
+from stage_e_dagster.envelope.trips import open_trip
+from stage_e_dagster.settings import Settings
+from tests.factories import insert_cards
+
+TTL = 600
+POOL = "stage_e_dispatch"
+AHEAD = 2
+
+
+@pytest.mark.parametrize(
+    ("left", "seconds_per_card", "share"),
+    [
+        (50, 0.8, 20),  # 40 s left: 20 cards (16 s) go, after the new run's 6.5 s start; 30 stay (24 s)
+        (500, 0.8, 245),
+        (17, 0.8, 0),  # 13.6 s left: a 4-card share (3.2 s) would not win back a run's start-up
+        (100, 0.1, 0),  # 10 s left at 0.1 s a card: the 17 cards a split moves are 1.7 s of work
+        (200, 0.1, 67),
+        (0, 0.8, 0),
+        (3, 30.0, 1),  # slow cards: one card is worth a run of its own
+    ],
+)
+def test_a_split_takes_half_the_tail_s_work_after_a_run_s_start_up(left: int, seconds_per_card: float,
+                                                                   share: int) -> None:
+    assert tail_to_split(left, seconds_per_card) == share
+    if share:
+        stays, goes = (left - share) * seconds_per_card, SPLIT_START_S + share * seconds_per_card
+        assert abs(stays - goes) <= 2 * seconds_per_card  # the two runs end within a card or two of each other
+
+
+def running_batch(engine: sa.Engine, cards: int, *, run_id: str = "run-1", trigger: str = "card-created",
+                  attempt: int = 1) -> tuple[str, list[int]]:
+    ids = insert_cards(engine, cards, prefix=f"{run_id}-{trigger}")
+    now = utcnow()
+    with session_scope(engine) as session:
+        batch = record_batch(session, ids, trigger_reason=trigger, now=now, claim_ttl_s=TTL, attempt=attempt)
+        assert batch is not None
+        key = batch.batch_key
+        assert take_batch(session, key, run_id=run_id, now=now, lease_until=now + timedelta(hours=1))
+    return key, ids
+
+
+def claims_by_batch(engine: sa.Engine) -> dict[str, list[int]]:
+    with engine.connect() as conn:
+        rows = conn.execute(sa.select(CardClaim.batch_key, CardClaim.card_id).order_by(CardClaim.card_id)).all()
+    found: dict[str, list[int]] = {}
+    for key, card_id in rows:
+        found.setdefault(key, []).append(card_id)
+    return found
+
+
+def test_a_split_moves_the_tail_and_its_claims_to_a_new_batch_for_the_next_tick_to_request(
+    engine: sa.Engine,
+) -> None:
+    key, ids = running_batch(engine, 10, attempt=2)
+    with session_scope(engine) as session:
+        new = split_tail(session, key, run_id="run-1", tail=ids[6:], now=utcnow(), claim_ttl_s=TTL)
+        assert new is not None
+        new_key = new.batch_key
+    with session_scope(engine) as session:
+        old, split = session.get(MicroBatch, key), session.get(MicroBatch, new_key)
+        assert (old.status, old.run_id, old.card_ids) == ("running", "run-1", ids[:6])
+        assert (split.status, split.card_ids, split.trigger_reason, split.attempt) == ("pending", ids[6:],
+                                                                                        "card-created", 2)
+        assert (split.requested_at, split.request_count, split.run_id) == (None, 0, None)
+    assert claims_by_batch(engine) == {key: ids[:6], new_key: ids[6:]}
+    with session_scope(engine) as session:  # what the next tick's reconcile does with it
+        requested = request_again(session, session.get(MicroBatch, new_key), now=utcnow(), claim_ttl_s=TTL)
+        assert requested is not None and requested.card_ids == ids[6:]
+
+
+def test_only_the_holding_run_splits_and_never_its_whole_batch(engine: sa.Engine) -> None:
+    key, ids = running_batch(engine, 4)
+    with session_scope(engine) as session:
+        assert split_tail(session, key, run_id="run-2", tail=ids[2:], now=utcnow(), claim_ttl_s=TTL) is None
+        assert split_tail(session, key, run_id="run-1", tail=ids, now=utcnow(), claim_ttl_s=TTL) is None
+        assert split_tail(session, key, run_id="run-1", tail=[10**9], now=utcnow(), claim_ttl_s=TTL) is None
+    with session_scope(engine) as session:
+        assert session.get(MicroBatch, key).card_ids == ids
+        assert session.execute(sa.select(sa.func.count()).select_from(MicroBatch)).scalar_one() == 1
+    assert claims_by_batch(engine) == {key: ids}
+
+
+class Clock:
+    """A card a second."""
+
+    def __init__(self) -> None:
+        self._ticks = itertools.count()
+
+    def __call__(self) -> float:
+        return float(next(self._ticks))
+
+
+def walk(engine: sa.Engine, key: str, ids: list[int], *, trigger: str = "card-created",
+         settings: Settings | None = None) -> tuple[list[int], TailSplitter]:
+    """Stage C's loop as ``run_stage_c`` asks: the cards it would take before one has gone."""
+    splitter = TailSplitter(engine, settings or Settings(max_concurrent_dispatches=2), batch_key=key, card_ids=ids,
+                            trigger_reason=trigger, run_id="run-1", pool=POOL, ahead=AHEAD, clock=Clock())
+    taken = []
+    for card_id in ids:
+        if splitter.gone(card_id):
+            break
+        taken.append(card_id)
+    return taken, splitter
+
+
+def test_a_run_beside_an_idle_slot_splits_its_tail_and_stops_before_it(engine: sa.Engine) -> None:
+    key, ids = running_batch(engine, 100)
+    taken, splitter = walk(engine, key, ids)
+    assert len(splitter.splits) >= 1
+    new_key, cards = splitter.splits[0]
+    # The first check comes CHECK_EVERY_S cards in, at a second a card; the cards fetching ahead stay.
+    at = int(CHECK_EVERY_S)
+    assert at >= MIN_CARDS_MEASURED
+    left = len(ids) - at  # this card, those fetching ahead and the ones kept beside them stay
+    assert cards == tail_to_split(left, 1.0) and cards <= left - (AHEAD + KEEP_EXTRA + 1)
+    with session_scope(engine) as session:
+        split = session.get(MicroBatch, new_key)
+        assert split.card_ids == ids[len(ids) - cards:]
+        kept = session.get(MicroBatch, key).card_ids
+    assert taken == kept  # Stage C takes every card that stayed and none that left
+    assert sorted(kept + [c for k, _ in splitter.splits for c in claims_by_batch(engine)[k]]) == ids
+
+
+def _another_batch_fills_the_cap(engine: sa.Engine) -> Settings:
+    running_batch(engine, 3, run_id="run-9")
+    return Settings(max_concurrent_dispatches=2)
+
+
+def _a_card_waits(engine: sa.Engine) -> Settings:
+    insert_cards(engine, 1, prefix="waiting")
+    return Settings(max_concurrent_dispatches=2)
+
+
+def _a_trip_is_open(engine: sa.Engine) -> Settings:
+    with session_scope(engine) as session:
+        open_trip(session, "rss", {"observed": 900, "ceiling": 768})
+    return Settings(max_concurrent_dispatches=2)
+
+
+def _the_pool_is_held(engine: sa.Engine) -> Settings:
+    with session_scope(engine) as session:
+        session.add(PoolControl(pool=POOL, held_at=utcnow(), held_from=2))
+    return Settings(max_concurrent_dispatches=2)
+
+
+def _the_governor_allows_one(engine: sa.Engine) -> Settings:
+    with session_scope(engine) as session:
+        session.add(PoolControl(pool=POOL, governed_limit=1))
+    return Settings(max_concurrent_dispatches=2)
+
+
+def _a_fixed_batch_size(engine: sa.Engine) -> Settings:
+    return Settings(max_concurrent_dispatches=2, micro_batch_size=100)
+
+
+@pytest.mark.parametrize("blocker", [_another_batch_fills_the_cap, _a_card_waits, _a_trip_is_open,
+                                     _the_pool_is_held, _the_governor_allows_one, _a_fixed_batch_size])
+def test_no_split_without_an_idle_slot_that_nothing_else_would_fill(engine: sa.Engine, blocker) -> None:
+    key, ids = running_batch(engine, 100)
+    settings = blocker(engine)
+    taken, splitter = walk(engine, key, ids, settings=settings)
+    assert (taken, splitter.splits) == (ids, [])
+    with session_scope(engine) as session:
+        assert session.get(MicroBatch, key).card_ids == ids
+
+
+def test_a_sweep_s_batch_is_never_split(engine: sa.Engine) -> None:
+    """A sweep's partitions belong to its backfill: a split-off batch would be a run outside it."""
+    key, ids = running_batch(engine, 100, trigger=SWEEP_TRIGGER)
+    taken, splitter = walk(engine, key, ids, trigger=SWEEP_TRIGGER)
+    assert (taken, splitter.splits) == (ids, [])
