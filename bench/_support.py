@@ -223,8 +223,7 @@ class TreeCpu(Periodic):
     of each process that ends. Kinds: ``daemon``, ``code server`` (a daemon on a ``python_module``
     workspace starts a new one every 60 s), ``worker`` (a Dagster run or a bulk pool worker, both
     started by multiprocessing's spawn), and ``other`` (the root, trackers, log tails). For each
-    worker its busy share (CPU over the time
-    it was seen) is kept too."""
+    worker its busy share (CPU over the time it was seen) is kept too."""
 
     def __init__(self, *root_pids: int, every_s: float = 1.0) -> None:
         super().__init__(every_s)

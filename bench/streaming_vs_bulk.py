@@ -8,10 +8,10 @@ Three questions an operator asks before switching streaming on:
      each side drains its own copy of the catalogue, in its own state folder and ``DAGSTER_HOME``:
        * bulk:   ``stage-e bulk --stage all --workers N`` (N: the usable CPUs), timed from the
                  command's start to its exit;
-       * stream: the code location's own code server (``dagster code-server start``) and
-                 ``dagster-daemon run`` loading it through a ``grpc_server`` workspace, as production
-                 runs them (docs/operations.md, "Running on PostgreSQL"; ``dg dev`` shares one code
-                 server the same way), with the project's ``dagster.yaml`` and the shipped settings:
+       * stream: the code location's own gRPC server (``dagster api grpc``, as the Helm chart
+                 runs it) and ``dagster-daemon run`` loading it through a ``grpc_server`` workspace,
+                 as production runs them (docs/operations.md, "Running on PostgreSQL"; ``dg dev``
+                 shares one code server the same way), with the project's ``dagster.yaml`` and the shipped settings:
                  batches sized by work, ``STAGE_E_MAX_CONCURRENT_DISPATCHES`` and every envelope bar
                  at its default (the contention governor included). Timed from the code server's
                  start, with the backlog already in the catalogue, to the backlog empty (no
