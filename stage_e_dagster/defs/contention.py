@@ -17,7 +17,7 @@ from ..catalog.engine import read_scope, session_scope
 from ..catalog.models import MicroBatch, PoolControl
 from ..dispatch.batches import IN_FLIGHT
 from ..dispatch.claims import unclaimed_card_ids
-from ..dispatch.steering import Steering, pool_control, steer
+from ..dispatch.steering import Steering, pool_control, standing_concurrency, steer
 from ..envelope.governor import Governed
 from ..envelope.signals import CpuPressure, PressureSource, read_contention
 from ..settings import Settings
@@ -43,9 +43,7 @@ def has_batch_in_flight(engine: sa.Engine) -> bool:
 def standing_limit(engine: sa.Engine, cap: int) -> int:
     """The governed concurrency last decided (at most ``cap``), or ``cap`` before any decision."""
     with session_scope(engine) as session:
-        control = session.get(PoolControl, DISPATCH_POOL)
-        governed = control.governed_limit if control is not None else None
-    return cap if governed is None else max(1, min(governed, cap))
+        return standing_concurrency(session.get(PoolControl, DISPATCH_POOL), cap)
 
 
 def steer_by_contention(

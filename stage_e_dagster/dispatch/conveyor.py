@@ -89,14 +89,13 @@ class BatchLog:
 
 @dataclass(frozen=True)
 class StageCResult:
-    """``batch`` is the batch as Stage C left it: without the cards it split off to ``splits`` (new
-    batch key, cards), which their own runs account for."""
+    """``batch`` is the batch as Stage C left it: without the cards it split off to batches of their
+    own, whose runs account for them."""
 
     report: StageCReport
     lockout_trip_id: str | None
     batch: BatchInfo
     stopped_by_trip: str | None = None  # the trip (a lockout's or any other) that stopped Stage C early
-    splits: tuple[tuple[str, int], ...] = ()
 
 
 def start_batch(engine: sa.Engine, settings: Settings, batch_key: str, *, run_id: str) -> BatchInfo:
@@ -175,10 +174,9 @@ def run_batch_stage_c(engine: sa.Engine, batch: BatchInfo, *, run_id: str, fetch
         ocr_pass=ocr_pass,
         gone=splitter.gone if splitter is not None else None,
     )
-    splits = tuple(splitter.splits) if splitter is not None else ()
-    for key, cards in splits:
-        (logger or log).info(f"stage C: a slot was idle; the last {cards} cards not started went to batch {key}")
-    if splitter is not None and splits:
+    if splitter is not None and splitter.splits:
+        for key, cards in splitter.splits:
+            (logger or log).info(f"stage C: a slot was idle; the last {cards} cards not started went to batch {key}")
         batch = replace(batch, card_ids=[card_id for card_id in batch.card_ids if not splitter.moved(card_id)])
     trip_id = None
     if report.lockout is not None:
@@ -194,8 +192,7 @@ def run_batch_stage_c(engine: sa.Engine, batch: BatchInfo, *, run_id: str, fetch
         stopped_by = trip_id or (_open_trip_id(session) if report.stopped else None)
         record_stage_c_end(session, batch.batch_key, run_id=run_id, cards_done=cards_done(report),
                            stopped_by_trip=stopped_by)
-    return StageCResult(report=report, lockout_trip_id=trip_id, batch=batch, stopped_by_trip=stopped_by,
-                        splits=splits)
+    return StageCResult(report=report, lockout_trip_id=trip_id, batch=batch, stopped_by_trip=stopped_by)
 
 
 def cards_done(report: StageCReport) -> int:

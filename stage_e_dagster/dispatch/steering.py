@@ -35,6 +35,12 @@ def pool_control(session: Session, pool: str) -> PoolControl:
     return control
 
 
+def standing_concurrency(control: PoolControl | None, cap: int) -> int:
+    """The governed concurrency last decided (at most ``cap``), or ``cap`` before any decision."""
+    governed = control.governed_limit if control is not None else None
+    return cap if governed is None else max(1, min(governed, cap))
+
+
 def steer(
     session: Session, settings: Settings, *, pool: str, contention: Contention, cap: int, now: datetime
 ) -> Steering:

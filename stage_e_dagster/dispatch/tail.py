@@ -27,6 +27,7 @@ from .backlog_walk import SWEEP_TRIGGER
 from .batches import IN_FLIGHT, split_tail
 from .claims import unclaimed_query
 from .sizing import tail_to_split
+from .steering import standing_concurrency
 
 # How often a run looks for an idle slot: one bounded read, against a card's 0.2-2 s.
 CHECK_EVERY_S = 10.0
@@ -44,7 +45,7 @@ def slot_idle(session: Session, settings: Settings, *, pool: str) -> bool:
     control = session.get(PoolControl, pool)
     if control is not None and control.held_at is not None:
         return False
-    cap = (control.governed_limit if control is not None else None) or settings.max_concurrent_dispatches
+    cap = standing_concurrency(control, settings.max_concurrent_dispatches)
     in_flight = session.execute(
         sa.select(sa.func.count()).select_from(MicroBatch).where(MicroBatch.status.in_(IN_FLIGHT))
     ).scalar_one()
