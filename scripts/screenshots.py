@@ -18,7 +18,6 @@ import argparse
 import json
 import os
 import shutil
-import socket
 import subprocess
 import sys
 import tempfile
@@ -33,6 +32,7 @@ from playwright.sync_api import Error as PlaywrightError
 from playwright.sync_api import Page, sync_playwright
 
 from stage_e_dagster.cli.demo import stop_process_group
+from stage_e_dagster.code_server import free_port
 from stage_e_dagster.defs.checks import NO_OPEN_TRIP
 from stage_e_dagster.process_groups import reset_signals
 
@@ -59,12 +59,6 @@ SHOTS = {
 
 class ScreenshotError(Exception):
     """The demo or the UI did not get where a picture needs it; the message says where it stopped."""
-
-
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
 
 
 def wait_for(what: str, ready: Callable[[], Any], timeout_s: float, every_s: float = 2.0) -> Any:

@@ -9,7 +9,6 @@ from __future__ import annotations
 import http.server
 import random
 import shutil
-import socket
 import threading
 import time
 from dataclasses import dataclass, field
@@ -27,19 +26,13 @@ from dagster import (
 )
 
 from stage_e_dagster.catalog.engine import make_engine
+from stage_e_dagster.code_server import free_port  # noqa: F401  (the tests import it from here)
 from stage_e_dagster.corpus.seed import seed_corpus
 from stage_e_dagster.definitions import defs
 from stage_e_dagster.defs.partitions import micro_batches
 from stage_e_dagster.defs.resources import StageEResource
 
 INSTANCE_OVERRIDES = {"concurrency": {"pools": {"granularity": "run", "default_limit": 2}}}
-
-
-def free_port() -> int:
-    """A TCP port on 127.0.0.1 that nothing listens on right now."""
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
 
 
 @pytest.fixture(scope="session")
