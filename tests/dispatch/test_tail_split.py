@@ -126,9 +126,9 @@ def test_a_run_beside_an_idle_slot_splits_its_tail_and_stops_before_it(engine: s
     taken, splitter = walk(engine, key, ids)
     assert len(splitter.splits) >= 1
     new_key, cards = splitter.splits[0]
-    # The first check comes CHECK_EVERY_S cards in, at a second a card; the cards fetching ahead stay.
-    at = int(CHECK_EVERY_S)
-    assert at >= MIN_CARDS_MEASURED
+    # A check comes every CHECK_EVERY_S cards, at a second a card; the first that splits is the first
+    # after MIN_CARDS_MEASURED cards are done. The cards fetching ahead stay.
+    at = next(k for k in itertools.count(int(CHECK_EVERY_S), int(CHECK_EVERY_S)) if k >= MIN_CARDS_MEASURED)
     left = len(ids) - at  # this card, those fetching ahead and the ones kept beside them stay
     assert cards == tail_to_split(left, 1.0) and cards <= left - (AHEAD + KEEP_EXTRA + 1)
     with session_scope(engine) as session:
