@@ -19,6 +19,7 @@ import psutil
 import pytest
 from dagster import AssetsDefinition, DagsterEventType, DagsterInstance, DagsterRunStatus, Failure, asset, materialize
 
+from stage_e_dagster.code_server import code_server_answers
 from stage_e_dagster.defs.partitions import micro_batches
 from stage_e_dagster.defs.run_failures import MAX_REASON_CHARS, WORKER_DIED, failure_reason_of
 from stage_e_dagster.process_groups import reset_signals, stop_group
@@ -182,13 +183,7 @@ def code_server(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[tup
 
         def healthy() -> bool:
             assert server.poll() is None, (tmp_path / "code_server.log").read_text()[-3000:]
-            check = subprocess.run(
-                [str(BIN / "dagster"), "api", "grpc-health-check", "-p", str(port)],
-                env=env,
-                capture_output=True,
-                timeout=120,
-            )
-            return check.returncode == 0
+            return code_server_answers(port)
 
         _wait_for(healthy, timeout_s=180, what="the code server to serve")
         yield port, env, server.pid
