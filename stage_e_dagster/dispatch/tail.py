@@ -6,7 +6,8 @@ slot that finished first idles while the other runs on alone. The bulk tool's po
 at a time and has no such tail. So a run looks, every ``CHECK_EVERY_S`` at a card boundary, for a
 slot that is free with nothing waiting for it; then it moves the last cards it has not started to a
 new pending batch (``batches.split_tail``), as many as make both runs end together
-(``sizing.tail_to_split``), and the next sensor tick requests that batch.
+(``sizing.tail_to_split``). The ``card_created_sensor`` tick watching the free slot requests that
+batch (``dispatch.arrivals``), or else the next tick does.
 """
 
 from __future__ import annotations

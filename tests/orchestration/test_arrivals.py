@@ -9,14 +9,17 @@ from __future__ import annotations
 import threading
 import time
 import uuid
+from datetime import timedelta
 
 import pytest
 import sqlalchemy as sa
 from dagster import DagsterRun, DagsterRunStatus, SensorResult
 
+from stage_e_dagster.catalog.base import utcnow
 from stage_e_dagster.catalog.engine import session_scope
 from stage_e_dagster.catalog.models import Card, MicroBatch
 from stage_e_dagster.defs.tags import dispatch_tags
+from stage_e_dagster.dispatch.batches import record_batch, split_tail, take_batch
 from stage_e_dagster.envelope.trips import open_trip
 from stage_e_dagster.settings import load_settings
 
@@ -61,7 +64,7 @@ def record_watches(monkeypatch: pytest.MonkeyPatch) -> list[float]:
         watched.append(until)
         return False
 
-    monkeypatch.setattr("stage_e_dagster.defs.sensors.dispatching.wait_for_unclaimed", record)
+    monkeypatch.setattr("stage_e_dagster.defs.sensors.dispatching.wait_for_work", record)
     return watched
 
 
@@ -135,14 +138,14 @@ def test_the_watchs_probe_reads_beside_a_writer_without_taking_sqlites_write_loc
     """Issue 31 item 8: a probe every quarter second must not queue behind (or hold up) another
     process's write transaction on SQLite: it reads under WAL with a deferred BEGIN."""
     from stage_e_dagster.catalog.backlog import STAGE_C_PENDING
-    from stage_e_dagster.dispatch.arrivals import wait_for_unclaimed
+    from stage_e_dagster.dispatch.arrivals import wait_for_work
 
     found: list[bool] = []
     with idle.engine.connect() as writer:
         writer.begin()  # BEGIN IMMEDIATE: the write lock, held
         writer.execute(sa.update(Card).where(Card.id == -1).values(stage_c_pending=True))
         probe = threading.Thread(target=lambda: found.append(
-            wait_for_unclaimed(idle.engine, STAGE_C_PENDING, until=time.monotonic() + 0.5)))
+            wait_for_work(idle.engine, STAGE_C_PENDING, until=time.monotonic() + 0.5)))
         probe.start()
         probe.join(timeout=20)  # the write lock's busy timeout is 30 s
         alive = probe.is_alive()
@@ -179,3 +182,41 @@ def test_a_card_landing_after_the_last_slot_filled_during_the_watch_is_left_for_
     thread.join()
     assert not getattr(result, "run_requests", None), "the tick batched a card for a slot that was taken"
     assert "2 dispatch run(s) queued or going" in skip_text(result)
+
+
+def test_a_tail_split_off_while_an_idle_tick_watches_is_requested_by_that_tick(
+    idle: Pipeline, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A run that hands its tail to the free slot (``dispatch.tail``) leaves the new batch pending and
+    unrequested. The tick watching that slot requests it before it returns, not a daemon pass later.
+    The split is made as the watch begins, so the tick's first reconcile cannot have seen it."""
+    import stage_e_dagster.defs.sensors.dispatching as dispatching
+
+    monkeypatch.setenv("STAGE_E_ARRIVAL_WAIT_S", "4")
+    with idle.engine.connect() as conn:
+        locator = conn.execute(sa.select(Card.image_locator).order_by(Card.id).limit(1)).scalar_one()
+    ids = insert_cards(idle.engine, 6, prefix="splitting", locator=locator)
+    now = utcnow()
+    with session_scope(idle.engine) as session:  # a batch a run holds: no Dagster run, so a slot is free
+        batch = record_batch(session, ids, trigger_reason="card-created", now=now, claim_ttl_s=600)
+        assert batch is not None
+        key = batch.batch_key
+        assert take_batch(session, key, run_id="run-1", now=now, lease_until=now + timedelta(hours=1))
+    real_wait, split = dispatching.wait_for_work, []
+
+    def split_then_watch(*args, **kwargs):  # type: ignore[no-untyped-def]
+        if not split:
+            with session_scope(idle.engine) as session:
+                new = split_tail(session, key, run_id="run-1", tail=ids[4:], now=utcnow(), claim_ttl_s=600)
+                assert new is not None
+                split.append(new.batch_key)
+        return real_wait(*args, **kwargs)
+
+    monkeypatch.setattr(dispatching, "wait_for_work", split_then_watch)
+    result = idle.tick("card_created_sensor")
+    assert isinstance(result, SensorResult), result
+    assert [request.partition_key for request in result.run_requests] == split
+    with session_scope(idle.engine) as session:
+        row = session.get(MicroBatch, split[0])
+        assert (row.status, row.card_ids, row.request_count) == ("pending", ids[4:], 1)
+        assert session.get(MicroBatch, key).status == "running"  # the batch it came from runs on

@@ -155,13 +155,13 @@ def test_a_watch_whose_card_another_transaction_holds_stops_after_the_empty_crea
         conn.execute(sa.update(Card).where(Card.id != held).values(stage_c_pending=False))
     import stage_e_dagster.defs.sensors.dispatching as dispatching
 
-    real_wait, probes = dispatching.wait_for_unclaimed, []
+    real_wait, probes = dispatching.wait_for_work, []
 
     def counted(*args, **kwargs):  # type: ignore[no-untyped-def]
         probes.append(real_wait(*args, **kwargs))
         return probes[-1]
 
-    monkeypatch.setattr(dispatching, "wait_for_unclaimed", counted)
+    monkeypatch.setattr(dispatching, "wait_for_work", counted)
     with pg_pipeline.engine.connect() as holder:
         holder.begin()
         holder.execute(sa.select(Card.id).where(Card.id == held).with_for_update())

@@ -19,7 +19,7 @@ from ...catalog.backlog import requeue_config_refused
 from ...catalog.base import utcnow
 from ...catalog.engine import session_scope
 from ...catalog.models import MicroBatch
-from ...dispatch.arrivals import wait_for_unclaimed
+from ...dispatch.arrivals import wait_for_work
 from ...dispatch.batches import create_batches
 from ...dispatch.guard import FLAG_OFF, check_gate
 from ...dispatch.sizing import max_batches_per_tick, plan_for_tick
@@ -70,7 +70,8 @@ def dispatch_tick(
     wait_for_arrivals: bool = False,
 ) -> SensorResult | SkipReason:
     """``wait_for_arrivals``: an idle tick watches the backlog for ``STAGE_E_ARRIVAL_WAIT_S`` before it
-    returns (``dispatch.arrivals``), so a card landing between the daemon's passes is batched at once."""
+    returns (``dispatch.arrivals``), so a card landing between the daemon's passes is batched at once,
+    and a tail split off to the free slot meanwhile is requested at once."""
     started = time.monotonic()
     settings = stage_e.settings()
     if not settings.streaming_enabled:
@@ -148,13 +149,13 @@ def dispatch_tick(
                 claim_ttl_s=settings.claim_ttl_s,
                 seeds_after=cursor if use_cursor else None,
             )
-        # Idle with free slots: watch for the next card until the watch ends, then batch it in this tick.
-        # A watch whose card could not be claimed (another selector won it, or on PostgreSQL another
+        # Idle with free slots: watch for the next card (or a batch to request) until the watch ends,
+        # then batch it (request it) in this tick. A watch whose card could not be claimed (another selector won it, or on PostgreSQL another
         # transaction holds its row and SKIP LOCKED passes it by) ends there: probing again would find
         # the same row every POLL_S until the watch ran out.
         if fresh.batches or requeue or plan.max_batches == 0 or watched or time.monotonic() >= watch_until:
             break
-        if not wait_for_unclaimed(engine, predicate, until=watch_until):
+        if not wait_for_work(engine, predicate, until=watch_until):
             break
         watched = True
         now = utcnow()
@@ -165,6 +166,11 @@ def dispatch_tick(
                 context.log.info("; ".join(notes + done.notes))
             return SensorResult(skip_reason=verdict.reason, asset_events=done.observations,
                                 cursor=context.cursor if use_cursor else None)
+        if owns_reconcile:  # a tail split off (or a retry recorded) while the tick watched is requested now
+            again = reconcile(instance, engine, settings, now=now)
+            done.observations += again.observations
+            done.notes += again.notes
+            requeue += request_due(engine, settings, again.due, now=now, limit=per_tick - len(requeue))
         # Runs started or ended while the tick watched: plan the card with the runs and slots of now.
         active = active_dispatch_runs(instance)
         in_flight = len(active)
