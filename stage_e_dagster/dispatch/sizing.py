@@ -54,9 +54,10 @@ DEFAULT_SECONDS_PER_CARD = 0.1
 # tail is split into one more batch only if each still holds this much work: a smaller split costs
 # another run's start-up to save less time than that.
 RUN_START_S = 4.0
-# A batch split off a running one's tail waits for the next sensor tick to request it (the daemon
-# passes every 5 s, so half of that on average), then for its run's start-up.
-SPLIT_START_S = RUN_START_S + 2.5
+# A batch split off a running one's tail is requested by the card_created_sensor tick watching the
+# free slot within a quarter second (dispatch/arrivals.py), or by the next pass when no tick was
+# watching (up to 1.5 s later); then its run starts up. Once the daemon passed every 5 s first: 6.5 s.
+SPLIT_START_S = RUN_START_S + 0.5
 # How many of the newest succeeded batches the measure looks at (read through (status, finished_at)).
 HISTORY_BATCHES = 20
 # Batches queued behind each running one while the pool caps the running ones (see the module's docstring).

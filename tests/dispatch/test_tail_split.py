@@ -28,11 +28,11 @@ AHEAD = 2
 @pytest.mark.parametrize(
     ("left", "seconds_per_card", "share"),
     [
-        (50, 0.8, 20),  # 40 s left: 20 cards (16 s) go, after the new run's 6.5 s start; 30 stay (24 s)
-        (500, 0.8, 245),
-        (17, 0.8, 0),  # 13.6 s left: a 4-card share (3.2 s) would not win back a run's start-up
-        (100, 0.1, 0),  # 10 s left at 0.1 s a card: the 17 cards a split moves are 1.7 s of work
-        (200, 0.1, 67),
+        (50, 0.8, 22),  # 40 s left: 22 cards (17.6 s) go, after the new run's 4.5 s start; 28 stay (22.4 s)
+        (500, 0.8, 247),
+        (17, 0.8, 0),  # 13.6 s left: a 5-card share (4 s) would not win back a run's start-up
+        (100, 0.1, 0),  # 10 s left at 0.1 s a card: the 27 cards a split moves are 2.7 s of work
+        (200, 0.1, 77),
         (0, 0.8, 0),
         (3, 30.0, 1),  # slow cards: one card is worth a run of its own
     ],
