@@ -26,6 +26,8 @@ from .claims import unclaimed_query
 POLL_S = 0.25
 
 
+# A batch recorded for a slot that no tick has requested: a split tail, a retry, or a batch whose
+# request came to nothing (its run failed before taking it). Few rows: the (status, created_at) index.
 UNREQUESTED = sa.select(MicroBatch.batch_key).where(
     MicroBatch.status == "pending", MicroBatch.requested_at.is_(None)).limit(1)
 

@@ -150,9 +150,9 @@ def dispatch_tick(
                 seeds_after=cursor if use_cursor else None,
             )
         # Idle with free slots: watch for the next card (or a batch to request) until the watch ends,
-        # then batch it (request it) in this tick. A watch whose card could not be claimed (another selector won it, or on PostgreSQL another
-        # transaction holds its row and SKIP LOCKED passes it by) ends there: probing again would find
-        # the same row every POLL_S until the watch ran out.
+        # then batch it (or request it) in this tick. A watch whose card could not be claimed (another
+        # selector won it, or on PostgreSQL another transaction holds its row and SKIP LOCKED passes it
+        # by) ends there: probing again would find the same row every POLL_S until the watch ran out.
         if fresh.batches or requeue or plan.max_batches == 0 or watched or time.monotonic() >= watch_until:
             break
         if not wait_for_work(engine, predicate, until=watch_until):
