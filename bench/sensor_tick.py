@@ -10,6 +10,9 @@ Two kinds of tick are timed at each size:
   * backlog: the tick records two batches (seeds above the cursor first, then the backlog by id);
     the batches and their claims are deleted between repetitions so every tick does the same work;
   * idle: the backlog is emptied first, so the tick finds nothing (the common tick of a quiet system).
+And, on the same emptied catalogue with one batch running, a drain's end: the look for an idle slot
+a running batch makes every ``dispatch.tail.CHECK_EVERY_S`` (``slot_idle`` without the write lock,
+then ``slot_free`` under it, as a split asks before moving its tail; no split is made).
 
 The sizes are ticked in turn (one tick each per round), so drifting load on a shared machine hits
 them alike. Prints median and p90 ms per tick for each size and kind, the catalogue SQL time per
@@ -40,10 +43,13 @@ from dagster import DagsterInstance, SensorResult, build_sensor_context, instanc
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _support import median, percentile, pg_database, short_count, streaming_environment  # noqa: E402
 
-from stage_e_dagster.catalog.engine import engine_for  # noqa: E402
+from stage_e_dagster.catalog.engine import engine_for, read_scope, session_scope  # noqa: E402
 from stage_e_dagster.catalog.migrate import upgrade  # noqa: E402
 from stage_e_dagster.definitions import defs  # noqa: E402
 from stage_e_dagster.defs.resources import StageEResource  # noqa: E402
+from stage_e_dagster.defs.tags import DISPATCH_POOL  # noqa: E402
+from stage_e_dagster.dispatch import tail  # noqa: E402
+from stage_e_dagster.settings import load_settings  # noqa: E402
 
 INSTANCE_OVERRIDES = {"concurrency": {"pools": {"granularity": "run", "default_limit": 2}}}
 BATCHES_PER_TICK = 2  # STAGE_E_MAX_CONCURRENT_DISPATCHES with nothing in flight
@@ -217,6 +223,48 @@ def empty_backlog(url: str) -> int:
         return conn.execute(sa.text("UPDATE cards SET stage_c_pending = false WHERE stage_c_pending")).rowcount
 
 
+RUNNING_BATCH = "mb-20260101T000000-drainend"
+
+
+def start_running_batch(url: str) -> None:
+    """One batch running (a run draining its last cards) beside the free slot the probe looks for."""
+    with engine_for(url).begin() as conn:
+        conn.execute(sa.text("INSERT INTO micro_batches (batch_key, card_ids, trigger_reason, attempt, status, run_id) "
+                             "VALUES (:key, '[1]', 'card-created', 1, 'running', 'bench-run')"), {"key": RUNNING_BATCH})
+
+
+def time_drain_end(catalogues: list[Catalogue], *, reps: int, warmup: int) -> list[TickTimes]:
+    """The idle-slot look of a run at its drain's end, at every size in turn: the read the run makes
+    every CHECK_EVERY_S, then the re-read a split makes under the write lock."""
+    settings = load_settings()
+    times = [TickTimes() for _ in catalogues]
+    engines = [engine_for(c.url) for c in catalogues]
+    listeners = []
+    actives = [[False] for _ in catalogues]
+    for engine, sink, active in zip(engines, times, actives):
+        listeners.append((engine, _statement_timer(engine, sink, active)))
+    try:
+        for rep in range(warmup + reps):
+            for engine, sink, active in zip(engines, times, actives):
+                active[0] = rep >= warmup
+                started = time.perf_counter()
+                with read_scope(engine) as session:
+                    idle = tail.slot_idle(session, settings, pool=DISPATCH_POOL)
+                with session_scope(engine) as session:
+                    free = tail.slot_free(session, settings, pool=DISPATCH_POOL)
+                elapsed = (time.perf_counter() - started) * 1000
+                active[0] = False
+                if not (idle and free):
+                    raise SystemExit(f"the drain-end probe found no idle slot (idle {idle}, free {free})")
+                if rep >= warmup:
+                    sink.ms.append(elapsed)
+    finally:
+        for engine, (before, after) in listeners:
+            sa.event.remove(engine, "before_cursor_execute", before)
+            sa.event.remove(engine, "after_cursor_execute", after)
+    return times
+
+
 def print_plans(catalogue: Catalogue) -> None:
     """The plan of the slowest ``cards`` query one real tick runs, with that tick's own parameters."""
     engine = engine_for(catalogue.url)
@@ -258,16 +306,17 @@ def _sql_ms(times: TickTimes) -> float:
 
 
 def report(label: str, kind: str, catalogue: Catalogue, times: TickTimes, top: int) -> None:
-    print(f"[{label}] {kind:7s} tick, {short_count(catalogue.cards):>4s} cards: median {median(times.ms):8.2f} ms   "
+    what = "probe" if kind == "drain end" else "tick"
+    print(f"[{label}] {kind:7s} {what}, {short_count(catalogue.cards):>4s} cards: median {median(times.ms):8.2f} ms   "
           f"p90 {percentile(times.ms, 0.9):8.2f} ms   ({len(times.ms)} ticks)")
     sql_ms = _sql_ms(times)
     count = sum(len(v) for v in times.statements.values()) / len(times.ms)
-    print(f"      {sql_ms:8.2f} ms/tick in {count:.0f} catalogue statements; "
+    print(f"      {sql_ms:8.2f} ms/{what} in {count:.0f} catalogue statements; "
           "the rest is the Dagster instance and Python")
     ranked = sorted(times.statements.items(), key=lambda kv: -sum(kv[1]))[:top]
     for statement, values in ranked:
         per_tick = sum(values) / len(times.ms)
-        print(f"      {per_tick:8.2f} ms/tick  x{len(values) / len(times.ms):4.1f}  {statement}")
+        print(f"      {per_tick:8.2f} ms/{what}  x{len(values) / len(times.ms):4.1f}  {statement}")
 
 
 def bench(label: str, make_url, sizes: list[int], args: argparse.Namespace) -> None:  # type: ignore[no-untyped-def]
@@ -288,13 +337,19 @@ def bench(label: str, make_url, sizes: list[int], args: argparse.Namespace) -> N
                 report(label, kind, catalogue, times, args.top)
                 if args.explain:
                     print_plans(catalogue)
-    for kind in ("backlog", "idle"):
+        for catalogue in idle:
+            start_running_batch(catalogue.url)
+        results["drain end"] = time_drain_end(idle, reps=args.reps, warmup=args.warmup)
+        for catalogue, times in zip(idle, results["drain end"]):
+            report(label, "drain end", catalogue, times, args.top)
+    for kind in ("backlog", "idle", "drain end"):
         a, b = results[kind][0], results[kind][-1]
         small, big = short_count(sizes[0]), short_count(sizes[-1])
-        print(f"[{label}] ratio {kind} tick {big}/{small}: "
+        what = "probe" if kind == "drain end" else "tick"
+        print(f"[{label}] ratio {kind} {what} {big}/{small}: "
               f"median {median(b.ms) / median(a.ms):.2f}  p90 {percentile(b.ms, 0.9) / percentile(a.ms, 0.9):.2f}"
               f"   (target <= 1.5)")
-        print(f"[{label}] ratio {kind} tick, catalogue SQL only, {big}/{small}: "
+        print(f"[{label}] ratio {kind} {what}, catalogue SQL only, {big}/{small}: "
               f"{_sql_ms(b) / _sql_ms(a):.2f}   ({_sql_ms(a):.2f} -> {_sql_ms(b):.2f} ms/tick)")
 
 

@@ -40,10 +40,10 @@ KEEP_EXTRA = 4
 MIN_CARDS_MEASURED = 5
 
 
-def slot_idle(session: Session, settings: Settings, *, pool: str) -> bool:
-    """Whether a dispatch slot is free with nothing waiting for it: fewer batches pending or running
-    than the governed concurrency (the setting, before the governor's first decision), no hold and no
-    open trip, and no unclaimed card in either backlog, which a sensor would batch for that slot anyway."""
+def slot_free(session: Session, settings: Settings, *, pool: str) -> bool:
+    """Whether a dispatch slot is free: fewer batches pending or running than the governed concurrency
+    (the setting, before the governor's first decision), no hold and no open trip. A few rows read
+    through their indexes: what a split re-reads under the write lock, since the cap rests on it."""
     control = session.get(PoolControl, pool)
     if control is not None and control.held_at is not None:
         return False
@@ -51,10 +51,21 @@ def slot_idle(session: Session, settings: Settings, *, pool: str) -> bool:
     in_flight = session.execute(
         sa.select(sa.func.count()).select_from(MicroBatch).where(MicroBatch.status.in_(IN_FLIGHT))
     ).scalar_one()
-    if in_flight >= cap or current_open_trip(session) is not None:
-        return False
-    waiting = unclaimed_query(sa.or_(STAGE_C_PENDING, STAGE_D_PENDING), now=utcnow(), limit=1)
-    return session.execute(waiting).first() is None
+    return in_flight < cap and current_open_trip(session) is None
+
+
+def card_waiting(session: Session) -> bool:
+    """Whether an unclaimed card waits in either backlog. Each backlog is probed on its own partial
+    index: asked as one OR of the two, both databases walk the cards table by its primary key."""
+    now = utcnow()
+    return any(session.execute(unclaimed_query(backlog, now=now, limit=1)).first() is not None
+               for backlog in (STAGE_C_PENDING, STAGE_D_PENDING))
+
+
+def slot_idle(session: Session, settings: Settings, *, pool: str) -> bool:
+    """Whether a dispatch slot is free (:func:`slot_free`) with nothing waiting for it: no unclaimed
+    card in either backlog, which a sensor would batch for that slot anyway."""
+    return slot_free(session, settings, pool=pool) and not card_waiting(session)
 
 
 class TailSplitter:
@@ -107,8 +118,11 @@ class TailSplitter:
         with read_scope(self._engine) as session:  # the common answer, no: no write lock taken for it
             if not slot_idle(session, self._settings, pool=self._pool):
                 return False
-        with session_scope(self._engine) as session:  # asked again under the write lock, then split
-            if not slot_idle(session, self._settings, pool=self._pool):
+        # The write lock only to split: the slot is asked again under it (the cap rests on that answer),
+        # the backlogs are not. A card landing meanwhile is batched by the sensors if a slot is left, and
+        # waits for the next one if not, as it would have beside a split made a moment earlier.
+        with session_scope(self._engine) as session:
+            if not slot_free(session, self._settings, pool=self._pool):
                 return False
             new = split_tail(session, self._batch_key, run_id=self._run_id, tail=unstarted[-share:], now=utcnow(),
                              claim_ttl_s=self._settings.claim_ttl_s)
