@@ -13,8 +13,17 @@ from __future__ import annotations
 
 import time
 from collections.abc import Mapping, Sequence
+from datetime import datetime
 
-from dagster import AssetKey, DagsterInstance, RepositoryDefinition, SensorEvaluationContext
+from dagster import (
+    AssetKey,
+    DagsterInstance,
+    DagsterRun,
+    DagsterRunStatus,
+    RepositoryDefinition,
+    RunsFilter,
+    SensorEvaluationContext,
+)
 
 # What ``Definitions.resolve_asset_graph()`` returns, for annotations; ``dagster`` does not export the type.
 from dagster._core.definitions.assets.graph.base_asset_graph import BaseAssetGraph
@@ -26,11 +35,7 @@ from dagster._core.execution.backfill import BulkActionStatus, PartitionBackfill
 from dagster._core.instance.ref import InstanceRef
 
 # Dagster's own grouping of run statuses, so the project never keeps a list of its own that drifts.
-from dagster._core.storage.dagster_run import (
-    ACTIVE_RUN_STATUSES,
-    FINISHED_STATUSES,
-    NOT_FINISHED_STATUSES,
-)
+from dagster._core.storage.dagster_run import ACTIVE_RUN_STATUSES, FINISHED_STATUSES
 
 # The id format the UI and the ``dagster/backfill`` run tag use; Dagster exports no generator for it.
 from dagster._core.utils import make_new_backfill_id
@@ -39,20 +44,32 @@ __all__ = [
     "ACTIVE_RUN_STATUSES",
     "FINISHED_STATUSES",
     "NOT_FINISHED_STATUSES",
+    "UNSTARTED_STATUSES",
     "BaseAssetGraph",
     "InstanceRef",
     "backfill_is_requested",
     "backfill_status",
     "context_instance_ref",
     "delete_pool_limit",
+    "fail_unstarted_run",
     "new_backfill_id",
     "pool_limit",
     "repository_asset_graph",
+    "run_queue_limit",
+    "run_start_timeout_s",
     "set_pool_limit",
     "submit_asset_backfill",
+    "unstarted_runs",
 ]
 
 REQUESTED = BulkActionStatus.REQUESTED.value
+
+# Every status Dagster does not count as finished. Dagster's own NOT_FINISHED_STATUSES leaves MANAGED
+# (a run created for an executor outside Dagster, not yet started) out of both of its lists; as the
+# complement of the finished ones, it and any status a Dagster upgrade adds count as not ended.
+NOT_FINISHED_STATUSES = [status for status in DagsterRunStatus if status not in FINISHED_STATUSES]
+# Created and not yet handed to the run queue or a launcher: no worker, no queue place of Dagster's.
+UNSTARTED_STATUSES = [DagsterRunStatus.NOT_STARTED, DagsterRunStatus.MANAGED]
 
 
 def new_backfill_id() -> str:
@@ -113,6 +130,36 @@ def context_instance_ref(context: SensorEvaluationContext) -> InstanceRef | None
 def repository_asset_graph(repository: RepositoryDefinition) -> BaseAssetGraph:
     """The asset graph of the code location a sensor runs in (what a backfill is built against)."""
     return repository.asset_graph
+
+
+def run_start_timeout_s(instance: DagsterInstance) -> int:
+    """``run_monitoring: start_timeout_seconds`` (Dagster's default 180 s; 0 or less turns its check off)."""
+    return int(instance.run_monitoring_start_timeout_seconds)
+
+
+def unstarted_runs(instance: DagsterInstance, *, created_before: datetime) -> list[DagsterRun]:
+    """Runs still NOT_STARTED or MANAGED that were created before ``created_before`` (an indexed status filter)."""
+    return [record.dagster_run for record in instance.get_run_records(
+        RunsFilter(statuses=UNSTARTED_STATUSES, created_before=created_before))]
+
+
+def fail_unstarted_run(instance: DagsterInstance, run_id: str, message: str) -> bool:
+    """Mark the run failed, as Dagster's run monitor does for a run that did not start in time, if it is
+    still unstarted when read again here; returns whether it was."""
+    run = instance.get_run_by_id(run_id)
+    if run is None or run.status not in UNSTARTED_STATUSES:
+        return False
+    instance.report_run_failed(run, message)
+    return True
+
+
+def run_queue_limit(instance: DagsterInstance) -> int | None:
+    """The run queue's ``max_concurrent_runs`` (runs of any job in progress at once); None when unlimited (-1)
+    or the instance has no run queue."""
+    queue = instance.get_concurrency_config().run_queue_config
+    if queue is None or queue.max_concurrent_runs < 0:
+        return None
+    return queue.max_concurrent_runs
 
 
 def pool_limit(instance: DagsterInstance, pool: str) -> int | None:

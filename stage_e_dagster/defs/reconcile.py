@@ -23,6 +23,7 @@ from .dagster_internals import backfill_is_requested
 from .hold import ACTIVE_STATUSES
 from .run_ends import ENDED, settle_run_end
 from .tags import PARTITION_TAG
+from .unstarted import fail_unstarted_runs
 
 # Batches looked at per tick: every running one (few: the pool caps them) and the pending ones that
 # need a request or whose lease is half spent, oldest lease first.
@@ -79,6 +80,8 @@ def _backfill_launching(instance: DagsterInstance, backfill_id: str, seen: dict[
 def reconcile(instance: DagsterInstance, engine: sa.Engine, settings: Settings, *, now: datetime) -> Reconciled:
     """One bounded pass over the batches in flight: renew, settle; returns the batches due a request."""
     done = Reconciled()
+    # First, so a run Dagster never started past the bound reads as ended (failed) below, not as going.
+    done.notes += fail_unstarted_runs(instance, now=now)
     batches = _due_batches(engine, settings, now)
     runs = _runs_by_batch(instance, [b.batch_key for b in batches])
     backfills: dict[str, bool] = {}
