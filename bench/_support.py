@@ -25,6 +25,7 @@ from stage_e_dagster.catalog.migrate import upgrade
 from stage_e_dagster.catalog.models import Card, MicroBatch
 from stage_e_dagster.code_server import code_server_answers, free_port, grpc_server_command, grpc_workspace
 from stage_e_dagster.corpus.seed import seed_corpus
+from stage_e_dagster.defs.dagster_internals import daemon_environment
 from stage_e_dagster.defs.instance import (
     EMBEDDED_INSTANCE_YAML,
     PROJECT_ROOT,
@@ -141,12 +142,13 @@ def backlog(engine: sa.Engine) -> tuple[int, int]:
 
 def child_environment(home: Path, **overrides: str) -> dict[str, str]:
     """The environment for a ``dagster-daemon`` or ``stage-e`` child: this process's ``STAGE_E_*``
-    settings, its own ``DAGSTER_HOME`` (given the project's ``dagster.yaml``) and ``overrides``."""
+    settings, its own ``DAGSTER_HOME`` (given the project's ``dagster.yaml``), what every daemon the
+    project starts runs with (``daemon_environment``) and ``overrides``."""
     home.mkdir(parents=True, exist_ok=True)
     shutil.copyfile(EMBEDDED_INSTANCE_YAML, home / "dagster.yaml")
     create_instance_storage(home)  # before the daemon and its code server start on it
     env = {k: v for k, v in os.environ.items() if not k.startswith("DAGSTER_")}
-    return env | {"DAGSTER_HOME": str(home)} | overrides
+    return daemon_environment(env | {"DAGSTER_HOME": str(home)} | overrides)
 
 
 @contextmanager

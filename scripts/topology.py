@@ -73,7 +73,9 @@ class Topology:
         missing = [name for name in ("DAGSTER_PG_URL", "STAGE_E_DATABASE_URL") if not os.environ.get(name)]
         if missing:
             raise TopologyError(f"set {' and '.join(missing)} (postgresql+psycopg2:// URLs) first")
-        return {**os.environ, "DAGSTER_HOME": str(self.home)}
+        from stage_e_dagster.defs.dagster_internals import daemon_environment  # `status` and `down` need no Dagster
+
+        return daemon_environment({**os.environ, "DAGSTER_HOME": str(self.home)})
 
     def command(self, service: str) -> list[str]:
         if service == "code-server":

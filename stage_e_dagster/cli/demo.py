@@ -28,6 +28,7 @@ from ..catalog.engine import session_scope
 from ..catalog.migrate import upgrade
 from ..catalog.models import Card, EnvelopeTrip, ImageEvidence, MicroBatch, PrintingVote
 from ..corpus.seed import seed_corpus
+from ..defs.dagster_internals import daemon_environment
 from ..defs.instance import create_instance_storage, dagster_home, open_instance
 from ..defs.run_ends import runs_in_progress
 from ..envelope.signals import CpuPressure
@@ -102,7 +103,9 @@ def daemon_command(workspace: str) -> list[str]:
 
 
 def child_environment(cfg: Settings, corpus_dir: Path) -> dict[str, str]:
-    env = dict(os.environ)
+    """The environment of ``dg dev`` or the headless daemon: streaming on, this demo's catalogue and
+    images, and what a daemon needs to keep a sweep going while its code server restarts."""
+    env = daemon_environment(os.environ)
     roots = os.pathsep.join(dict.fromkeys([str(corpus_dir), *(str(r) for r in cfg.image_roots)]))
     if "STAGE_E_HOST_LOAD_CEILING" not in os.environ:
         # Without PSI the governor reads the load average: the demo's own OCR runs load a small

@@ -176,3 +176,17 @@ def set_pool_limit(instance: DagsterInstance, pool: str, limit: int) -> None:
 def delete_pool_limit(instance: DagsterInstance, pool: str) -> None:
     """Drop the pool's own limit, so the instance's ``default_limit`` applies again."""
     instance.event_log_storage.delete_concurrency_limit(pool)
+
+
+# Read by Dagster's backfill daemon (``dagster/_core/execution/asset_backfill.py``), set nowhere by
+# Dagster itself. Unset, a backfill pass that finds its assets missing because their code location is
+# unreachable or failing to load (a code server restarting, a reload that failed) raises an error the
+# daemon does not retry: the backfill goes FAILING and cancels every run it holds. Set, that pass is
+# skipped and the backfill goes on once the location loads again.
+BACKFILL_WAITS_FOR_ITS_LOCATION = {"DAGSTER_BACKFILL_RETRY_DEFINITION_CHANGED_ERROR": "1"}
+
+
+def daemon_environment(env: Mapping[str, str]) -> dict[str, str]:
+    """``env`` plus what every ``dagster-daemon`` this project starts or deploys runs with, so a sweep
+    rides out a code server that is down or a location that fails to load for a pass."""
+    return {**env, **BACKFILL_WAITS_FOR_ITS_LOCATION}

@@ -8,6 +8,7 @@ by reference, and a worker RSS bar that trips before the run pod's memory limit 
 from __future__ import annotations
 
 import re
+import shutil
 from pathlib import Path
 from typing import Any, Iterator
 
@@ -17,6 +18,7 @@ from dagster import DagsterInstance
 from dagster._core.instance.config import dagster_instance_config
 
 from stage_e_dagster.defs.assets import stage_c_evidence, stage_d_verdicts
+from stage_e_dagster.defs.dagster_internals import BACKFILL_WAITS_FOR_ITS_LOCATION
 from stage_e_dagster.defs.tags import DISPATCH_POOL
 from stage_e_dagster.settings import Settings
 
@@ -113,29 +115,30 @@ def test_values_cap_dispatch_with_the_one_pool(values: dict[str, Any]) -> None:
     assert {stage_c_evidence.op.pool, stage_d_verdicts.op.pool} == {DISPATCH_POOL}
 
 
-def test_values_queue_runs_without_a_competing_cap(values: dict[str, Any]) -> None:
+def chart_run_queue(values: dict[str, Any]) -> dict[str, Any]:
+    """The run coordinator config the chart writes into the instance: its custom type renders it as given."""
     coordinator = values["dagsterDaemon"]["runCoordinator"]
-    assert coordinator["enabled"] is True and coordinator["type"] == "QueuedRunCoordinator"
-    queued = coordinator["config"]["queuedRunCoordinator"] or {}
-    assert "maxConcurrentRuns" not in queued and "tagConcurrencyLimits" not in queued
+    assert coordinator["enabled"] is True and coordinator["type"] == "CustomRunCoordinator"
+    custom = coordinator["config"]["customRunCoordinator"]
+    assert (custom["module"], custom["class"]) == ("dagster._core.run_coordinator", "QueuedRunCoordinator")
+    return custom["config"]
+
+
+def test_values_queue_runs_without_a_competing_cap(values: dict[str, Any]) -> None:
+    queued = chart_run_queue(values)
+    assert "max_concurrent_runs" not in queued and "tag_concurrency_limits" not in queued
 
 
 def test_values_dequeue_as_the_instance_yaml_does_and_dagster_accepts_what_the_chart_renders(
     values: dict[str, Any], tmp_path: Path
 ) -> None:
-    """The chart writes these keys into run_coordinator.config (and no run cap, with `concurrency` on)."""
-    queued = values["dagsterDaemon"]["runCoordinator"]["config"]["queuedRunCoordinator"]
-    rendered = {
-        "dequeue_interval_seconds": queued["dequeueIntervalSeconds"],
-        "dequeue_use_threads": queued["dequeueUseThreads"],
-        "dequeue_num_workers": queued["dequeueNumWorkers"],
-    }
-    run_queue = load(DEPLOY / "dagster.postgres.yaml")["run_queue"]
-    assert rendered == {key: run_queue[key] for key in rendered}
+    """The chart writes the run queue's config as given (and no run cap, with `concurrency` on)."""
+    rendered = chart_run_queue(values)
+    assert rendered == load(DEPLOY / "dagster.postgres.yaml")["run_queue"]
     concurrency = values["concurrency"]
     instance_yaml = {
         "run_coordinator": {
-            "module": "dagster.core.run_coordinator",
+            "module": "dagster._core.run_coordinator",
             "class": "QueuedRunCoordinator",
             "config": rendered,
         },
@@ -152,6 +155,37 @@ def test_values_dequeue_as_the_instance_yaml_does_and_dagster_accepts_what_the_c
     assert config["run_coordinator"]["config"] == rendered
     with DagsterInstance.from_config(str(tmp_path)) as instance:
         assert instance.run_coordinator.dequeue_use_threads and instance.run_coordinator.dequeue_num_workers == 4
+        queue = instance.get_concurrency_config().run_queue_config
+        assert (queue.max_user_code_failure_retries, queue.user_code_failure_retry_delay) == (
+            rendered["max_user_code_failure_retries"], rendered["user_code_failure_retry_delay"])
+
+
+# A code server SIGKILLed and restarted is unreachable for about a minute, and the daemon sees its location
+# as failed until its next workspace refresh (every 60 s) after that: a run's launch must be tried for longer.
+CODE_SERVER_OUTAGE_S = 60 + 60 + 60
+
+
+@pytest.mark.parametrize("path", [*INSTANCE_YAMLS, ROOT / "stage_e_dagster" / "instance_files" / "dagster.yaml"],
+                         ids=lambda p: str(p.relative_to(ROOT)))
+def test_every_instance_file_retries_a_launch_through_a_code_server_restart(path: Path, tmp_path: Path) -> None:
+    """Issue 40 item 1: at Dagster's default (no retry) or the earlier 6 tries 10 s apart, a run dequeued
+    while the code server restarted was failed, and its sweep's backfill ended COMPLETED_FAILED."""
+    shutil.copyfile(path, tmp_path / "dagster.yaml")
+    config, _ = dagster_instance_config(str(tmp_path))
+    queue = config["run_queue"]
+    assert queue["user_code_failure_retry_delay"] > 0
+    assert queue["max_user_code_failure_retries"] * queue["user_code_failure_retry_delay"] >= CODE_SERVER_OUTAGE_S
+
+
+def test_every_daemon_the_project_deploys_keeps_a_backfill_through_an_unloadable_location(
+    values: dict[str, Any],
+) -> None:
+    """The chart's daemon and any daemon run from the image get the variable Dagster's backfill daemon reads
+    before it fails a backfill whose location is down (the processes this project starts itself get it
+    from ``daemon_environment``: tests/orchestration/test_code_server_restart.py)."""
+    [(name, value)] = BACKFILL_WAITS_FOR_ITS_LOCATION.items()
+    assert values["dagsterDaemon"]["env"][name] == value
+    assert f"{name}={value}" in " ".join(_final_stage((DEPLOY / "Dockerfile").read_text()))
 
 
 def test_values_monitor_runs_and_bound_their_runtime(values: dict[str, Any]) -> None:

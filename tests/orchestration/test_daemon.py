@@ -28,7 +28,7 @@ from stage_e_dagster.catalog.engine import make_engine, session_scope
 from stage_e_dagster.catalog.models import Card, CardClaim, ImageEvidence, MicroBatch, PrintingVote
 from stage_e_dagster.corpus.seed import seed_corpus
 from stage_e_dagster.defs.abandoned import BACKFILL_FINISHED
-from stage_e_dagster.defs.dagster_internals import backfill_status
+from stage_e_dagster.defs.dagster_internals import backfill_status, daemon_environment
 from stage_e_dagster.defs.instance import (
     EMBEDDED_INSTANCE_YAML,
     PROJECT_ROOT,
@@ -68,7 +68,7 @@ class Stack:
         self.catalog_url = catalog_url
         self.engine = make_engine(catalog_url)
         self.log = tmp_path / "daemon.log"
-        self.env = (
+        self.env = daemon_environment(
             {k: v for k, v in os.environ.items() if not k.startswith(("STAGE_E_", "DAGSTER_"))}
             | {
                 "DAGSTER_HOME": str(self.home),
@@ -100,10 +100,11 @@ class Stack:
     def stage_e(self, *args: str) -> subprocess.CompletedProcess[str]:
         return subprocess.run([str(BIN / "stage-e"), *args], env=self.env, capture_output=True, text=True, timeout=300)
 
-    def start(self) -> None:
+    def start(self, workspace: Path = WORKSPACE_YAML) -> None:
+        """The daemon on ``workspace``: the project's own by default, where the daemon starts its code server."""
         with open(self.log, "ab") as log:
             self.process = subprocess.Popen(
-                [str(BIN / "dagster-daemon"), "run", "-w", str(WORKSPACE_YAML)],
+                [str(BIN / "dagster-daemon"), "run", "-w", str(workspace)],
                 env=self.env,
                 cwd=PROJECT_ROOT,
                 stdout=log,
