@@ -18,11 +18,38 @@ import sqlalchemy as sa
 from dagster import DagsterInstance, DagsterRun, DagsterRunStatus
 from dagster._core.utils import make_new_run_id
 
-from stage_e_dagster.cli.demo import is_idle, snapshot, still_held
+from stage_e_dagster.cli.demo import child_environment, is_idle, snapshot, still_held
+from stage_e_dagster.defs.dagster_internals import BACKFILL_WAITS_FOR_ITS_LOCATION
 
 from .conftest import free_port
 
 STAGE_E = str(Path(sys.executable).parent / "stage-e")
+
+
+[(BACKFILL_VARIABLE, _)] = BACKFILL_WAITS_FOR_ITS_LOCATION.items()
+
+
+def _daemon_environment(root_pid: int, timeout_s: float = 120.0) -> dict[str, str]:
+    """The environment of the ``dagster-daemon`` among ``root_pid``'s descendants, once it has started."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        for child in psutil.Process(root_pid).children(recursive=True):
+            try:
+                command = " ".join(child.cmdline())
+                if "dagster-daemon" in command or "dagster._daemon" in command:
+                    return child.environ()
+            except psutil.Error:
+                continue
+        time.sleep(1)
+    raise AssertionError("no dagster-daemon process among the demo's children")
+
+
+def test_the_headless_daemon_keeps_a_sweep_going_while_its_location_fails_to_load(tmp_path: Path) -> None:
+    """The headless demo's daemon gets the same environment as ``dg dev`` (``child_environment``)."""
+    from stage_e_dagster.settings import Settings
+
+    env = child_environment(Settings(state_dir=tmp_path / "state"), tmp_path / "corpus")
+    assert env[BACKFILL_VARIABLE] == "1" and env["STAGE_E_STREAMING_ENABLED"] == "true"
 
 
 def _env(tmp_path: Path) -> dict[str, str]:
@@ -69,6 +96,8 @@ def test_ui_demo_serves_the_ui_and_stops_on_sigterm(tmp_path: Path) -> None:
                 time.sleep(1)
         children = psutil.Process(proc.pid).children(recursive=True)
         assert children
+        # Issue 40 item 1: the daemon dg dev starts keeps a sweep going while the location fails to load.
+        assert _daemon_environment(proc.pid).get(BACKFILL_VARIABLE) == "1"
         proc.send_signal(signal.SIGTERM)
         proc.wait(timeout=60)
         gone, alive = psutil.wait_procs(children, timeout=30)
