@@ -98,6 +98,9 @@ def _split(raw: object, sep: str) -> tuple[str, ...]:
 
 # Bounded numbers: NaN and infinity are refused by the model's config (``allow_inf_nan``).
 PositiveCount = Annotated[int, Field(ge=1)]
+# The most slots Dagster lets a pool have (``DAGSTER_MAX_GLOBAL_OP_CONCURRENCY_LIMIT``, 1000 by default):
+# a larger dispatch cap would make every tick's pool write raise.
+MAX_POOL_LIMIT = 1000
 
 
 class Settings(BaseSettings):
@@ -115,7 +118,7 @@ class Settings(BaseSettings):
     # How long an idle card_created tick keeps watching for new cards before it returns (at most one
     # daemon pass, 4 s): a card landing meanwhile is batched within a quarter second, not at the next pass.
     arrival_wait_s: Annotated[float, Field(ge=0, le=MAX_ARRIVAL_WAIT_S)] = 3.5
-    max_concurrent_dispatches: PositiveCount = Field(default_factory=default_dispatch_cap)
+    max_concurrent_dispatches: Annotated[int, Field(ge=1, le=MAX_POOL_LIMIT)] = Field(default_factory=default_dispatch_cap)
     # CPU contention, where the kernel has PSI: ``some avg10``, the percent of the last 10 s in which a
     # runnable task waited for a CPU. Our own workers, one per CPU, leave it near 0; each busy task
     # beyond the CPUs adds about 100/CPUs. The bars 25/75 follow (on 2 CPUs: our 2 runs beside a

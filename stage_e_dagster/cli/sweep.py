@@ -7,7 +7,7 @@ from typing import Annotated
 import typer
 
 from ..definitions import defs
-from ..defs.hold import release_hold
+from ..defs.hold import dispatch_cap, release_hold
 from ..defs.instance import open_instance
 from ..defs.sweep import SweepRefused, launch_sweep
 from .context import catalog_engine, settings
@@ -35,7 +35,8 @@ def sweep(
         except SweepRefused as refused:
             raise CliError(f"sweep refused: {refused}") from None
     if launch.backfill_id is not None:
-        release_hold(instance, engine)  # only a hold this project applied; never an operator's limit
+        # only a hold this project applied; never an operator's limit
+        release_hold(instance, engine, cap=dispatch_cap(instance, cfg.max_concurrent_dispatches))
     if as_json:
         print_json({
             "backfill_id": launch.backfill_id,

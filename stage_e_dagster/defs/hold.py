@@ -9,6 +9,10 @@ is ever undone: a limit set with ``dagster instance concurrency set`` stays. The
 committed before the pool is touched and cleared only after the pool has its limit back, so a call
 to the instance that fails (a locked SQLite file, a PostgreSQL blip, a killed process) leaves the
 row, and the next tick finishes the job: every 0 this project sets has a row that gives it back.
+
+The pool's limit row is never deleted, only set: Dagster's dequeue pass reads the pools that have a
+row before it creates a missing one at ``default_limit``, so the pass that finds it missing ignores
+the pool and launches every queued run the run queue's own ``max_concurrent_runs`` lets through.
 """
 
 from __future__ import annotations
@@ -20,13 +24,16 @@ from ..catalog.base import utcnow
 from ..catalog.engine import session_scope
 from ..catalog.models import EnvelopeTrip, PoolControl
 from ..dispatch.batches import abandon
-from ..dispatch.steering import pool_control
+from ..dispatch.steering import pool_control, standing_concurrency
 from . import dagster_internals
 from .tags import BACKFILL_TAG, DISPATCH_POOL, DISPATCH_TAG, PARTITION_TAG
 
 # Queued or going: every status Dagster counts as not finished (a canceling run still holds its slot
 # and may still be writing).
 ACTIVE_STATUSES = dagster_internals.NOT_FINISHED_STATUSES
+# Runs of the run queue's own cap (``max_concurrent_runs``) kept free of dispatch: the acknowledge job a
+# person launches during a trip.
+ACK_ROOM = 1
 
 
 def pool_limit(instance: DagsterInstance) -> int | None:
@@ -34,11 +41,16 @@ def pool_limit(instance: DagsterInstance) -> int | None:
     return dagster_internals.pool_limit(instance, DISPATCH_POOL)
 
 
-def _set_pool_limit(instance: DagsterInstance, limit: int | None) -> None:
-    if limit is None:
-        dagster_internals.delete_pool_limit(instance, DISPATCH_POOL)
-    elif pool_limit(instance) != limit:
+def _set_pool_limit(instance: DagsterInstance, limit: int) -> None:
+    if pool_limit(instance) != limit:
         dagster_internals.set_pool_limit(instance, DISPATCH_POOL, limit)
+
+
+def dispatch_cap(instance: DagsterInstance, cap: int) -> int:
+    """``cap`` (``STAGE_E_MAX_CONCURRENT_DISPATCHES``), at most the run queue's ``max_concurrent_runs`` less
+    the acknowledge job's room: dispatch never fills the queue's cap, so the ack job always starts."""
+    backstop = dagster_internals.run_queue_limit(instance)
+    return cap if backstop is None else max(1, min(cap, backstop - ACK_ROOM))
 
 
 def is_dispatch_run(run: DagsterRun) -> bool:
@@ -85,9 +97,10 @@ def hold_dispatch(instance: DagsterInstance, engine: sa.Engine, *, trip_id: str,
     return len(queued)
 
 
-def release_hold(instance: DagsterInstance, engine: sa.Engine) -> bool:
+def release_hold(instance: DagsterInstance, engine: sa.Engine, *, cap: int) -> bool:
     """Give the pool back the limit it had before this project's hold, then clear the hold; a no-op
-    without a hold or while its trip is still open. Returns whether the hold was cleared.
+    without a hold or while any trip is open. Returns whether the hold was cleared. A pool that had no
+    limit of its own when held gets the governed concurrency (at most ``cap``), never a deleted row.
 
     Both happen while the control row is locked (``FOR UPDATE``; SQLite's write lock), so a hold taken
     beside it waits and then holds again. The limit goes back first: if that fails, the transaction
@@ -96,13 +109,11 @@ def release_hold(instance: DagsterInstance, engine: sa.Engine) -> bool:
         control = session.get(PoolControl, DISPATCH_POOL, with_for_update=True, populate_existing=True)
         if control is None or control.held_at is None:
             return False
-        still_open = control.trip_id is not None and session.execute(
-            sa.select(EnvelopeTrip.id).where(EnvelopeTrip.trip_id == control.trip_id,
-                                             EnvelopeTrip.acknowledged_at.is_(None))
-        ).first()
-        if still_open:
+        # Any open trip, not only the one the hold recorded: the check is global.
+        if session.execute(sa.select(EnvelopeTrip.id).where(EnvelopeTrip.acknowledged_at.is_(None)).limit(1)).first():
             return False
-        _set_pool_limit(instance, control.held_from)
+        restore = control.held_from
+        _set_pool_limit(instance, restore if restore is not None else standing_concurrency(control, cap))
         control.held_at = control.held_from = control.trip_id = None
     return True
 

@@ -8,12 +8,14 @@ works from any folder. The checkout paths below are for tests and benchmarks run
 from __future__ import annotations
 
 import os
+import re
 from pathlib import Path
 
 from dagster import DagsterInstance
 
 from ..instance_files import INSTANCE_YAML, read_instance_file
 from ..settings import Settings
+from .hold import ACK_ROOM
 
 PROJECT_ROOT = Path(__file__).resolve().parents[2]
 EMBEDDED_INSTANCE_YAML = PROJECT_ROOT / "dagster.yaml"
@@ -21,7 +23,8 @@ WORKSPACE_YAML = PROJECT_ROOT / "workspace.yaml"
 
 
 def dagster_home(settings: Settings) -> Path:
-    """``DAGSTER_HOME`` when set; else the state folder's, given the embedded dagster.yaml on first use."""
+    """``DAGSTER_HOME`` when set; else the state folder's, given the embedded dagster.yaml on first use, its
+    run queue's cap (``max_concurrent_runs``) the dispatch cap plus the acknowledge job's room."""
     configured = os.environ.get("DAGSTER_HOME")
     if configured:
         return Path(configured)
@@ -29,8 +32,17 @@ def dagster_home(settings: Settings) -> Path:
     home.mkdir(parents=True, exist_ok=True)
     target = home / INSTANCE_YAML
     if not target.exists():
-        target.write_text(read_instance_file(INSTANCE_YAML), encoding="utf-8")
+        target.write_text(with_run_queue_cap(read_instance_file(INSTANCE_YAML), settings), encoding="utf-8")
     return home
+
+
+def with_run_queue_cap(instance_yaml: str, settings: Settings) -> str:
+    """The instance file with ``max_concurrent_runs`` set for ``STAGE_E_MAX_CONCURRENT_DISPATCHES``."""
+    cap = settings.max_concurrent_dispatches + ACK_ROOM
+    text, count = re.subn(r"(?m)^(\s*max_concurrent_runs:) *-?\d+ *$", rf"\g<1> {cap}", instance_yaml)
+    if count != 1:
+        raise ValueError("the instance file has no max_concurrent_runs line to set")
+    return text
 
 
 def create_instance_storage(home: Path) -> None:

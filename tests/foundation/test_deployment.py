@@ -82,9 +82,9 @@ def test_instance_yaml_has_one_run_granular_pool_and_run_monitoring(path: Path) 
     # governed concurrency, at most STAGE_E_MAX_CONCURRENT_DISPATCHES (the usable CPUs by default).
     assert pools["default_limit"] == 2
     runs = config["concurrency"]["runs"]
-    # No run cap of the queue's own: the pool caps dispatch at any CPU count, and the acknowledge job
-    # never queues behind dispatch runs (tests/foundation/test_scaling_defaults.py).
-    assert runs["max_concurrent_runs"] == -1
+    # A finite run-queue cap under the pool (a pass that finds the pool's row missing ignores the pool):
+    # the shipped dispatch cap plus the acknowledge job's room (tests/foundation/test_scaling_defaults.py).
+    assert runs["max_concurrent_runs"] == pools["default_limit"] + 1
     # Asset-backfill runs carry no job tags, so a tag limit would not cap the sweep: the pool must.
     assert not runs.get("tag_concurrency_limits")
     # Dagster refuses run_queue or run_coordinator caps beside `concurrency`.
@@ -108,8 +108,8 @@ def test_values_cap_dispatch_with_the_one_pool(values: dict[str, Any]) -> None:
     assert concurrency["pools"] == {"granularity": "run", "defaultLimit": 2}
     env = user_deployment(values)["env"]
     assert int(env["STAGE_E_MAX_CONCURRENT_DISPATCHES"]) == concurrency["pools"]["defaultLimit"]
-    # The whole dispatch cap plus the acknowledge job run at once: no run cap of the queue's own.
-    assert concurrency["runs"]["maxConcurrentRuns"] == -1
+    # The whole dispatch cap plus the acknowledge job run at once, and no more: the run queue's own cap.
+    assert concurrency["runs"]["maxConcurrentRuns"] == int(env["STAGE_E_MAX_CONCURRENT_DISPATCHES"]) + 1
     assert concurrency["runs"]["tagConcurrencyLimits"] == []
     # The pool the values limit is the one both assets declare.
     assert {stage_c_evidence.op.pool, stage_d_verdicts.op.pool} == {DISPATCH_POOL}

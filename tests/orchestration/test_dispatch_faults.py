@@ -340,7 +340,8 @@ def test_a_stale_hold_beside_a_release_never_leaves_the_pool_at_0_without_a_hold
             stale_hold_done.wait(timeout=3)  # between the restore and the clear: the stale hold's chance
 
     monkeypatch.setattr(storage, "set_concurrency_slots", slow_release)
-    release = threading.Thread(target=release_hold, args=(pipeline.instance, pipeline.engine), name="release")
+    release = threading.Thread(target=release_hold, args=(pipeline.instance, pipeline.engine), kwargs={"cap": 2},
+                               name="release")
     release.start()
     assert restored.wait(timeout=60)
 

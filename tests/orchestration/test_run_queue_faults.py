@@ -116,3 +116,149 @@ def test_every_run_status_is_ended_or_not_and_managed_is_not_ended() -> None:
     assert DagsterRunStatus.MANAGED in not_ended
     assert set(internals.UNSTARTED_STATUSES) == {DagsterRunStatus.NOT_STARTED, DagsterRunStatus.MANAGED}
     assert set(internals.ACTIVE_RUN_STATUSES) <= not_ended
+
+
+# --- part 3: the pool never opens wide ----------------------------------------------------------
+
+SHIPPED = yaml.safe_load(EMBEDDED_INSTANCE_YAML.read_text(encoding="utf-8"))
+# The shipped instance's run queue (Dagster's queued run coordinator) and concurrency settings.
+SHIPPED_QUEUE = {
+    "run_queue": SHIPPED["run_queue"],
+    "concurrency": SHIPPED["concurrency"],
+}
+CAP = 2  # STAGE_E_MAX_CONCURRENT_DISPATCHES in the pipeline fixture, the shipped default_limit
+ORIGIN = RemoteJobOrigin(RemoteRepositoryOrigin(RegisteredCodeLocationOrigin("stage_e_dagster"), "__repository__"),
+                         "stage_e_dispatch")
+
+
+@pytest.fixture
+def queued(pipeline: Pipeline) -> Pipeline:
+    """The pipeline's catalogue on an instance with Dagster's run queue and the shipped queue settings."""
+    with instance_for_test(overrides=SHIPPED_QUEUE) as instance:
+        yield Pipeline(url=pipeline.url, engine=pipeline.engine, instance=instance, images=pipeline.images)
+
+
+def _sweep_queue(instance: DagsterInstance, runs: int) -> list[str]:
+    """Queued runs of the dispatch job as a sweep leaves them: each needs a slot of the dispatch pool."""
+    job = defs.resolve_job_def("stage_e_dispatch")
+    ids = []
+    for i in range(runs):
+        run = instance.create_run_for_job(
+            job_def=job, status=DagsterRunStatus.QUEUED, remote_job_origin=ORIGIN,
+            tags={DISPATCH_TAG: "micro-batch", PARTITION_TAG: f"mb-sweep-{i:03d}", "dagster/backfill": "abcdefgh"},
+        )
+        assert run.run_op_concurrency is not None and DISPATCH_POOL in run.run_op_concurrency.all_pools
+        ids.append(run.run_id)
+    return ids
+
+
+def dequeue_pass(instance: DagsterInstance) -> int:
+    """One pass of Dagster's run queue: the runs its own dequeue logic picks, each marked STARTING as its
+    launch would (the worker process is left out). Returns how many it picked."""
+    daemon = QueuedRunCoordinatorDaemon(interval_seconds=1)
+    picked = daemon._get_runs_to_dequeue(instance, instance.get_concurrency_config(), fixed_iteration_time=None)
+    for run in picked:
+        instance.report_dagster_event(
+            DagsterEvent(event_type_value=DagsterEventType.RUN_STARTING.value, job_name=run.job_name), run.run_id
+        )
+    return len(picked)
+
+
+def going(instance: DagsterInstance) -> int:
+    return sum(1 for run in active_dispatch_runs(instance) if run.status in internals.ACTIVE_RUN_STATUSES)
+
+
+def test_a_release_after_a_hold_that_found_no_limit_never_leaves_the_pool_row_missing(queued: Pipeline) -> None:
+    """The hold came before any dispatch tick set the pool (so it recorded no limit of its own to give
+    back); the acknowledgement's release used to delete the row, and Dagster's next pass, which ignores a
+    pool whose row it has to create, launched the whole queue at once."""
+    instance, engine = queued.instance, queued.engine
+    _sweep_queue(instance, 22)
+    with session_scope(engine) as session:
+        trip_id = open_trip(session, "manual", {"note": "maintenance"}).trip_id
+    queued.tick("card_created_sensor")  # the hold: pool to 0; a sweep's queued runs stay queued
+    with session_scope(engine) as session:
+        assert session.get(PoolControl, DISPATCH_POOL).held_from is None
+    assert pool_limit(instance) == 0 and dequeue_pass(instance) == 0
+    with session_scope(engine) as session:
+        acknowledge_trip(session, trip_id, note="done", by="ops")
+    queued.tick("envelope_trip_sensor")  # gives the hold back; no dispatch tick comes before the passes
+    assert pool_limit(instance) == CAP, "the release left the pool without a limit of its own"
+    peak = 0
+    for _ in range(5):  # the passes of the run queue before the next dispatch tick
+        dequeue_pass(instance)
+        peak = max(peak, going(instance))
+    assert peak == CAP, f"{peak} dispatch runs going at once for a cap of {CAP}"
+
+
+def test_a_pool_row_an_operator_deletes_is_put_back_and_the_run_queue_bounds_the_pass_that_ignored_it(
+    queued: Pipeline,
+) -> None:
+    """The UI's delete (``delete_concurrency_limit``) with 22 queued and the cap's runs going: Dagster's
+    next pass ignores the pool; the shipped run-queue cap bounds that pass, and the next dispatch tick
+    puts the row back at the governed limit, so nothing more starts until the runs going are under it."""
+    instance = queued.instance
+    backstop = internals.run_queue_limit(instance)
+    assert backstop is not None and backstop >= CAP + 1, "the shipped run queue has no finite cap above the pool's"
+    queued.tick("card_created_sensor")
+    assert pool_limit(instance) == CAP
+    _sweep_queue(instance, 22)
+    assert dequeue_pass(instance) == CAP and going(instance) == CAP
+    internals.delete_pool_limit(instance, DISPATCH_POOL)  # what the UI's "delete" does
+    dequeue_pass(instance)
+    assert going(instance) <= backstop, f"{going(instance)} dispatch runs going past the run queue's {backstop}"
+    queued.tick("card_created_sensor")
+    assert pool_limit(instance) == CAP, "the dispatch tick did not put the pool's own limit back"
+    assert dequeue_pass(instance) == 0
+
+
+def test_this_project_never_deletes_the_pool_limit() -> None:
+    """Only the adapter names the delete (an operator's action a test plays); no project code calls it."""
+    from pathlib import Path
+
+    package = Path(internals.__file__).resolve().parents[1]
+    callers = [str(p.relative_to(package)) for p in package.rglob("*.py")
+               if "delete_pool_limit" in p.read_text(encoding="utf-8") and p.name != "dagster_internals.py"]
+    assert callers == []
+
+
+# --- part 8: the smaller ones ------------------------------------------------------------------------
+
+def test_a_release_waits_while_any_trip_is_open_not_only_the_one_the_hold_recorded(pipeline: Pipeline) -> None:
+    pipeline.tick("card_created_sensor")
+    assert pool_limit(pipeline.instance) == CAP
+    with session_scope(pipeline.engine) as session:
+        first = open_trip(session, "manual", {"note": "first"}).trip_id
+    with session_scope(pipeline.engine) as session:
+        second = open_trip(session, "manual", {"note": "second"}).trip_id
+    pipeline.tick("card_created_sensor")  # holds, recording one of the two trips
+    with session_scope(pipeline.engine) as session:
+        recorded = session.get(PoolControl, DISPATCH_POOL).trip_id
+    assert recorded in (first, second) and pool_limit(pipeline.instance) == 0
+    with session_scope(pipeline.engine) as session:
+        acknowledge_trip(session, recorded, note="this one fixed", by="ops")
+    assert not release_hold(pipeline.instance, pipeline.engine, cap=CAP), "released with a trip still open"
+    assert pool_limit(pipeline.instance) == 0
+    with session_scope(pipeline.engine) as session:
+        acknowledge_trip(session, second if recorded == first else first, note="both fixed", by="ops")
+    assert release_hold(pipeline.instance, pipeline.engine, cap=CAP)
+    assert pool_limit(pipeline.instance) == CAP
+
+
+def test_the_dispatch_cap_stops_at_the_most_slots_dagster_allows_a_pool() -> None:
+    from dagster._utils.concurrency import get_max_concurrency_limit_value
+
+    from stage_e_dagster.settings import SettingsError, load_settings
+
+    most = get_max_concurrency_limit_value()
+    assert load_settings({"STAGE_E_MAX_CONCURRENT_DISPATCHES": str(most)}).max_concurrent_dispatches == most
+    with pytest.raises(SettingsError) as refused:
+        load_settings({"STAGE_E_MAX_CONCURRENT_DISPATCHES": str(most + 1)})
+    assert "STAGE_E_MAX_CONCURRENT_DISPATCHES" in str(refused.value)
+
+
+def test_the_dispatch_cap_leaves_the_run_queue_room_for_the_acknowledge_job(queued: Pipeline) -> None:
+    from stage_e_dagster.defs.hold import dispatch_cap
+
+    backstop = internals.run_queue_limit(queued.instance)
+    assert dispatch_cap(queued.instance, 16) == backstop - 1 and dispatch_cap(queued.instance, 1) == 1

@@ -33,7 +33,7 @@ from ..contention import (
     steer_by_contention,
 )
 from ..dagster_internals import ACTIVE_RUN_STATUSES
-from ..hold import active_dispatch_runs, apply_pool_setting, hold_dispatch, pool_limit, release_hold
+from ..hold import active_dispatch_runs, apply_pool_setting, dispatch_cap, hold_dispatch, pool_limit, release_hold
 from ..partitions import micro_batches
 from ..reconcile import Reconciled, reconcile, request_due
 from ..resources import StageEResource
@@ -78,6 +78,10 @@ def dispatch_tick(
         return SkipReason(FLAG_OFF)
     engine = stage_e.engine()
     instance = sensor_instance(context)
+    # The cap leaves the run queue's own cap room for the acknowledge job (``hold.dispatch_cap``).
+    cap_setting = dispatch_cap(instance, settings.max_concurrent_dispatches)
+    if cap_setting != settings.max_concurrent_dispatches:
+        settings = settings.model_copy(update={"max_concurrent_dispatches": cap_setting})
     with session_scope(engine) as session:
         verdict = check_gate(session, settings)
     if not verdict.allowed:
@@ -86,7 +90,7 @@ def dispatch_tick(
             if cancelled:
                 return SkipReason(f"{verdict.reason}; cancelled {cancelled} queued dispatch run(s)")
         return SkipReason(verdict.reason)
-    release_hold(instance, engine)
+    release_hold(instance, engine, cap=settings.max_concurrent_dispatches)
 
     cursor = int(context.cursor) if use_cursor and context.cursor else 0
     now = utcnow()

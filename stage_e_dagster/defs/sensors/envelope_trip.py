@@ -45,7 +45,7 @@ from ...envelope.trips import check_envelope, current_open_trip
 from ..checks import trip_verdict
 from ..envelope_asset import read_envelope
 from ..heartbeat import beat
-from ..hold import hold_dispatch, is_dispatch_run, release_hold
+from ..hold import dispatch_cap, hold_dispatch, is_dispatch_run, release_hold
 from ..run_ends import ENDED, settle_run_end
 from ..sensor_context import sensor_instance, sensor_resource
 from .dispatching import EVERY_DAEMON_PASS_S
@@ -162,7 +162,7 @@ def envelope_trip_sensor(context: SensorEvaluationContext) -> SensorResult:
         notes.append(
             f"trip {open_trip.trip_id} ({open_trip.bar}) open: pool held at 0, {cancelled} queued run(s) cancelled"
         )
-    elif release_hold(instance, engine):
+    elif release_hold(instance, engine, cap=dispatch_cap(instance, settings.max_concurrent_dispatches)):
         notes.append("the acknowledged trip's hold is released: the pool has its limit back")
     with session_scope(engine) as session:
         side_by_side = concurrent_tickers(session, utcnow())
