@@ -96,15 +96,22 @@ def test_ui_demo_serves_the_ui_and_stops_on_sigterm(tmp_path: Path) -> None:
                 time.sleep(1)
         children = psutil.Process(proc.pid).children(recursive=True)
         assert children
-        # Issue 40 item 1: the daemon dg dev starts keeps a sweep going while the location fails to load.
-        assert _daemon_environment(proc.pid).get(BACKFILL_VARIABLE) == "1"
+        daemon_env = _daemon_environment(proc.pid)  # read while it runs, checked once everything stopped
         proc.send_signal(signal.SIGTERM)
         proc.wait(timeout=60)
         gone, alive = psutil.wait_procs(children, timeout=30)
         assert alive == [], [p.cmdline() for p in alive]
+        # Issue 40 item 1: the daemon dg dev starts keeps a sweep going while the location fails to load.
+        assert daemon_env.get(BACKFILL_VARIABLE) == "1"
     finally:
-        if proc.poll() is None:
+        if proc.poll() is None:  # dg dev runs in a process group of its own: its members are killed one by one
+            descendants = psutil.Process(proc.pid).children(recursive=True)
             os.killpg(proc.pid, signal.SIGKILL)
+            for child in descendants:
+                try:
+                    child.kill()
+                except psutil.Error:
+                    pass
 
 
 def test_ui_demo_on_a_taken_port_says_so_in_one_line_and_exits_1(tmp_path: Path) -> None:
