@@ -63,6 +63,7 @@ from stage_e_dagster.catalog.base import utcnow  # noqa: E402
 from stage_e_dagster.catalog.engine import engine_for, session_scope  # noqa: E402
 from stage_e_dagster.catalog.models import Card, MicroBatch  # noqa: E402
 from stage_e_dagster.definitions import defs  # noqa: E402
+from stage_e_dagster.defs.dagster_internals import runs as dagster_runs  # noqa: E402
 from stage_e_dagster.defs.instance import EMBEDDED_INSTANCE_YAML  # noqa: E402
 from stage_e_dagster.defs.partitions import micro_batches  # noqa: E402
 from stage_e_dagster.defs.resources import StageEResource  # noqa: E402
@@ -179,7 +180,7 @@ def launched_batch(instance: DagsterInstance, url: str, card_ids: list[int], hom
     started = time.perf_counter()
     done = subprocess.run(command, env=env, cwd=PROJECT_ROOT, capture_output=True, text=True)
     wall = time.perf_counter() - started
-    runs = instance.get_runs(RunsFilter(tags={"dagster/partition": key}))
+    runs = dagster_runs(instance, RunsFilter(tags={"dagster/partition": key}))
     if done.returncode != 0 or not runs or runs[0].status != DagsterRunStatus.SUCCESS:
         raise SystemExit(f"launched run for {key} failed (exit {done.returncode}):\n{done.stderr[-2000:]}")
     return wall

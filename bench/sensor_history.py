@@ -66,7 +66,6 @@ from dagster import (
 )
 
 # Bench only: the run storage tables, for the bulk insert that stands in for 100,000 ``add_run`` calls.
-from dagster._core.storage.runs.schema import RunsTable, RunTagsTable
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _support import median, percentile, pg_database, short_count, streaming_environment  # noqa: E402
@@ -74,6 +73,7 @@ from sensor_tick import build_catalogue  # noqa: E402
 
 from stage_e_dagster.catalog.engine import engine_for  # noqa: E402
 from stage_e_dagster.definitions import defs  # noqa: E402
+from stage_e_dagster.defs import dagster_internals  # noqa: E402
 from stage_e_dagster.defs.partitions import micro_batches  # noqa: E402
 from stage_e_dagster.defs.resources import StageEResource  # noqa: E402
 from stage_e_dagster.defs.tags import DISPATCH_TAG, PARTITION_TAG, dispatch_tags  # noqa: E402
@@ -143,19 +143,12 @@ def _run_values(run: DagsterRun, ended_at: float, backfill_column: bool) -> dict
 
 def insert_runs(instance: DagsterInstance, runs: list[tuple[DagsterRun, float]]) -> None:
     """Write runs into the run storage tables in bulk, as ``add_run`` plus their status events would."""
-    storage = instance.run_storage
-    backfill_column = storage.has_backfill_id_column()  # type: ignore[attr-defined]
+    backfill_column = dagster_internals.run_storage_has_backfill_column(instance)
     for start in range(0, len(runs), CHUNK):
         chunk = runs[start : start + CHUNK]
         rows = [_run_values(run, ended_at, backfill_column) for run, ended_at in chunk]
         tags = [{"run_id": run.run_id, "key": k, "value": v} for run, _ in chunk for k, v in run.tags.items()]
-        with storage.connect() as conn:  # type: ignore[attr-defined]
-            conn.execute(RunsTable.insert(), rows)
-            conn.execute(RunTagsTable.insert(), tags)
-    with storage.connect() as conn:  # type: ignore[attr-defined]
-        if conn.dialect.name == "postgresql":  # autovacuum would analyse a production database by now
-            conn.execute(sa.text("ANALYZE runs"))
-            conn.execute(sa.text("ANALYZE run_tags"))
+        dagster_internals.insert_run_rows(instance, rows, tags)
 
 
 def history_runs(count: int, now: float) -> list[tuple[DagsterRun, float]]:
@@ -195,9 +188,9 @@ def build_history(instance: DagsterInstance, count: int) -> History:
         newest_hour=sum(1 for _, ended_at in runs if ended_at > window_start),
     )
     seen = {
-        "runs": instance.get_runs_count(),
-        "failed dispatch runs (status + tag)": instance.get_runs_count(
-            RunsFilter(statuses=[DagsterRunStatus.FAILURE], tags={DISPATCH_TAG: "micro-batch"})
+        "runs": dagster_internals.runs_count(instance),
+        "failed dispatch runs (status + tag)": dagster_internals.runs_count(
+            instance, RunsFilter(statuses=[DagsterRunStatus.FAILURE], tags={DISPATCH_TAG: "micro-batch"})
         ),
         "ended in the newest hour (update time)": len(
             instance.get_run_records(RunsFilter(updated_after=hour), order_by="update_timestamp", ascending=True)

@@ -199,9 +199,11 @@ def status(topology: Topology) -> dict[str, int | None]:
 def _daemon_heartbeat(topology: Topology) -> bool:
     from dagster import DagsterInstance  # imported here: `status` and `down` need no Dagster import
 
+    from stage_e_dagster.defs.dagster_internals import daemon_heartbeats
+
     os.environ["DAGSTER_HOME"] = str(topology.home)
     with DagsterInstance.get() as instance:
-        return bool(instance.get_daemon_heartbeats())
+        return bool(daemon_heartbeats(instance))
 
 
 def _pid_alive(pid: int) -> bool:

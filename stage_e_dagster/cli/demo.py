@@ -28,7 +28,7 @@ from ..catalog.engine import session_scope
 from ..catalog.migrate import upgrade
 from ..catalog.models import Card, EnvelopeTrip, ImageEvidence, MicroBatch, PrintingVote
 from ..corpus.seed import seed_corpus
-from ..defs.dagster_internals import daemon_environment
+from ..defs.dagster_internals import DG_CLI_MODULE, daemon_environment
 from ..defs.instance import create_instance_storage, dagster_home, open_instance
 from ..defs.run_ends import runs_in_progress
 from ..envelope.signals import CpuPressure
@@ -245,7 +245,7 @@ def demo(
     if not headless:
         # ``dg dev`` with a workspace file: the same webserver, daemon and code server as ``dagster dev``,
         # without its SupersessionWarning, and no pyproject.toml needed (an installed wheel has none).
-        cmd = dagster_command("dagster_dg_cli.cli", "dev", "-w", workspace, "-h", UI_HOST, "-p", str(port))
+        cmd = dagster_command(DG_CLI_MODULE, "dev", "-w", workspace, "-h", UI_HOST, "-p", str(port))
         typer.echo(f"starting dg dev: UI on http://{UI_HOST}:{port} (Ctrl-C stops it)")
         ui = subprocess.Popen(cmd, env=env, preexec_fn=reset_signals)
         interrupted = False

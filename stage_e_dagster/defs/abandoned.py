@@ -18,7 +18,7 @@ from dagster import DagsterInstance, RunsFilter
 from sqlalchemy.orm import Session
 
 from ..catalog.models import MicroBatch
-from .dagster_internals import backfill_status
+from .dagster_internals import backfill_status, existing_partitions, runs
 from .hold import ACTIVE_STATUSES
 from .partitions import micro_batches
 from .tags import PARTITION_TAG
@@ -71,12 +71,12 @@ def abandoned_partitions(
     rows = session.execute(query.order_by(MicroBatch.finished_at, MicroBatch.batch_key).limit(limit)).all()
     keys = [key for key, _, _ in rows]
     going = (
-        {run.tags.get(PARTITION_TAG) for run in instance.get_runs(RunsFilter(tags={PARTITION_TAG: keys},
-                                                                             statuses=ACTIVE_STATUSES))}
+        {run.tags.get(PARTITION_TAG) for run in runs(instance, RunsFilter(tags={PARTITION_TAG: keys},
+                                                                           statuses=ACTIVE_STATUSES))}
         if keys
         else set()
     )
-    existing = instance.get_existing_dynamic_partitions(micro_batches.name, keys) if keys else set()
+    existing = existing_partitions(instance, micro_batches.name, keys)
     delete: list[str] = []
     cursor = after
     live_backfills = backfills_not_finished(instance, {b for _, _, b in rows if b})

@@ -23,6 +23,7 @@ from ..dispatch.conveyor import (
 from ..envelope.signals import peak_rss_mb
 from ..envelope.trips import trip_opened_by_run
 from .checks import stage_c_batch_check, stage_c_batch_clean_spec
+from .dagster_internals import add_run_tags
 from .partitions import micro_batches
 from .resources import StageEResource
 from .tags import BACKFILL_TAG, DISPATCH_POOL, REFUSED_REASON_TAG, REFUSED_TAG, REFUSED_TRIP_TAG
@@ -75,7 +76,7 @@ def stage_c_evidence(
         tags = {REFUSED_TAG: refused.kind, REFUSED_REASON_TAG: refused.reason[:500]}
         if sweep_stopped:
             tags[REFUSED_TRIP_TAG] = str(refused.trip_id)
-        context.instance.add_run_tags(context.run.run_id, tags)
+        add_run_tags(context.instance, context.run.run_id, tags)
         context.log.warning(f"dispatch refused, no work done: {refused.reason}")
         check = stage_c_batch_check({})._replace(description=f"refused before any card, nothing lost: {refused.reason}")
         if sweep_stopped:
@@ -125,7 +126,7 @@ def stage_d_verdicts(context: AssetExecutionContext, stage_e: StageEResource) ->
         return
     lost = lost_batch(engine, context.partition_key, run_id=context.run.run_id)
     if lost is not None:
-        context.instance.add_run_tags(context.run.run_id, {REFUSED_TAG: REFUSED_TAKEN, REFUSED_REASON_TAG: lost[:500]})
+        add_run_tags(context.instance, context.run.run_id, {REFUSED_TAG: REFUSED_TAKEN, REFUSED_REASON_TAG: lost[:500]})
         context.log.warning(f"stage D refused, no work done: {lost}")
         return
     with session_scope(engine) as session:

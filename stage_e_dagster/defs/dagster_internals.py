@@ -3,8 +3,11 @@ attributes and storage calls Dagster does not mark public.
 
 Dagster 1.13 has no public way to submit an asset backfill outside the webserver or to read one
 back, to set a pool's limit from Python, to reach a repository's asset graph or a sensor context's
-instance reference, or to name the run statuses it groups as finished and not finished; everything
-else in the project uses public ``dagster`` names. Keep each internal behind a plain function or
+instance reference, or to name the run statuses it groups as finished and not finished. Nor does it
+mark public the ``DagsterInstance`` calls this project reads runs, run tags, a run's events, the
+daemons' heartbeats and existing partitions with, cancels a queued run with, or opens an instance
+from a reference with, nor the ``dg`` CLI's module. Everything else in the project, in ``scripts/``
+and in ``bench/`` uses public ``dagster`` names. Keep each internal behind a plain function or
 name here, so a Dagster upgrade that moves one breaks ``tests/orchestration/test_dagster_internals.py``
 and this file, nothing else.
 """
@@ -13,10 +16,14 @@ from __future__ import annotations
 
 import time
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from datetime import datetime
+from typing import Any
 
 from dagster import (
     AssetKey,
+    AssetMaterialization,
+    DagsterEventType,
     DagsterInstance,
     DagsterRun,
     DagsterRunStatus,
@@ -42,11 +49,22 @@ from dagster._core.utils import make_new_backfill_id
 
 __all__ = [
     "ACTIVE_RUN_STATUSES",
+    "DG_CLI_MODULE",
     "FINISHED_STATUSES",
     "NOT_FINISHED_STATUSES",
     "UNSTARTED_STATUSES",
     "BaseAssetGraph",
     "InstanceRef",
+    "RunEvent",
+    "add_run_tags",
+    "cancel_queued_run",
+    "daemon_heartbeats",
+    "existing_partitions",
+    "instance_from_ref",
+    "run_events",
+    "run_materializations",
+    "runs",
+    "runs_count",
     "backfill_is_requested",
     "backfill_status",
     "context_instance_ref",
@@ -190,3 +208,111 @@ def daemon_environment(env: Mapping[str, str]) -> dict[str, str]:
     """``env`` plus what every ``dagster-daemon`` this project starts or deploys runs with, so a sweep
     rides out a code server that is down or a location that fails to load for a pass."""
     return {**env, **BACKFILL_WAITS_FOR_ITS_LOCATION}
+
+
+# The ``dg`` command line's module, for ``python -m``: ``dagster-dg-cli`` installs ``dg`` as a console
+# script pointing at it, and a child started as ``python -m`` runs under the project's own interpreter.
+DG_CLI_MODULE = "dagster_dg_cli.cli"
+
+
+def instance_from_ref(ref: InstanceRef) -> DagsterInstance:
+    """The instance an instance reference names (what a daemon's code server hands a sensor)."""
+    return DagsterInstance.from_ref(ref)
+
+
+def runs(instance: DagsterInstance, filters: RunsFilter | None = None, *, limit: int | None = None) -> list[DagsterRun]:
+    """The runs matching ``filters``, newest first."""
+    return list(instance.get_runs(filters, limit=limit))
+
+
+def runs_count(instance: DagsterInstance, filters: RunsFilter | None = None) -> int:
+    """How many runs match ``filters``."""
+    return instance.get_runs_count(filters)
+
+
+def add_run_tags(instance: DagsterInstance, run_id: str, tags: Mapping[str, str]) -> None:
+    """Add (or overwrite) tags on a run, as the UI's tag editor does."""
+    instance.add_run_tags(run_id, dict(tags))
+
+
+def cancel_queued_run(instance: DagsterInstance, run_id: str) -> bool:
+    """Cancel a QUEUED run through the run coordinator (the UI's *Terminate* on a queued run); returns
+    whether the coordinator cancelled it."""
+    return bool(instance.run_coordinator.cancel_run(run_id))
+
+
+def daemon_heartbeats(instance: DagsterInstance) -> list[tuple[str, float]]:
+    """(daemon id, heartbeat timestamp) of every daemon heartbeat the instance holds."""
+    return [(beat.daemon_id, beat.timestamp) for beat in instance.get_daemon_heartbeats().values()]
+
+
+def existing_partitions(instance: DagsterInstance, partitions_def_name: str, keys: Sequence[str]) -> set[str]:
+    """Which of ``keys`` are partitions of the dynamic partitions definition (one read for all of them)."""
+    return set(instance.get_existing_dynamic_partitions(partitions_def_name, list(keys))) if keys else set()
+
+
+@dataclass(frozen=True)
+class RunEvent:
+    """The fields of one of a run's events that this project reads, as plain values.
+
+    ``error`` is Dagster's serialised error (``message``, ``cls_name``, ``cause``, ``context``) of a
+    failure or an engine event that carries one; ``failure_reason`` the ``RunFailureReason`` value of a
+    RUN_FAILURE; ``user_failure_description`` a ``Failure``'s description and ``error_source`` the
+    ``ErrorSource`` value of a STEP_FAILURE."""
+
+    event_type: str
+    message: str
+    error: Any = None
+    failure_reason: str | None = None
+    user_failure_description: str | None = None
+    error_source: str | None = None
+
+
+def _enum_value(value: object) -> str | None:
+    return getattr(value, "value", None) if value is not None else None
+
+
+def _run_event(event: Any) -> RunEvent:
+    data = event.event_specific_data
+    user_failure = getattr(data, "user_failure_data", None)
+    return RunEvent(
+        event_type=event.event_type_value,
+        message=event.message or "",
+        error=getattr(data, "error", None),
+        failure_reason=_enum_value(getattr(data, "failure_reason", None)),
+        user_failure_description=getattr(user_failure, "description", None),
+        error_source=_enum_value(getattr(data, "error_source", None)),
+    )
+
+
+def run_events(
+    instance: DagsterInstance, run_id: str, event_type: DagsterEventType, *, limit: int | None = None,
+    newest_first: bool = False,
+) -> list[RunEvent]:
+    """The run's events of one type (oldest first, or newest first), at most ``limit``."""
+    records = instance.get_records_for_run(run_id, of_type=event_type, limit=limit, ascending=not newest_first).records
+    return [_run_event(r.event_log_entry.dagster_event) for r in records if r.event_log_entry.dagster_event is not None]
+
+
+def run_materializations(instance: DagsterInstance, run_id: str) -> list[AssetMaterialization]:
+    """The asset materializations the run recorded, in order."""
+    records = instance.get_records_for_run(run_id, of_type=DagsterEventType.ASSET_MATERIALIZATION).records
+    return [m for r in records if (m := r.event_log_entry.asset_materialization) is not None]
+
+
+def run_storage_has_backfill_column(instance: DagsterInstance) -> bool:
+    """Whether the run storage's ``runs`` table has its ``backfill_id`` column (a migrated instance)."""
+    return bool(instance.run_storage.has_backfill_id_column())  # type: ignore[attr-defined]
+
+
+def insert_run_rows(instance: DagsterInstance, rows: list[dict[str, Any]], tags: list[dict[str, Any]]) -> None:
+    """Write rows straight into the run storage's ``runs`` and ``run_tags`` tables (what ``add_run``
+    and the runs' status events would leave), for a bench that needs a long run history fast."""
+    from dagster._core.storage.runs.schema import RunsTable, RunTagsTable
+
+    with instance.run_storage.connect() as conn:  # type: ignore[attr-defined]
+        conn.execute(RunsTable.insert(), rows)
+        conn.execute(RunTagsTable.insert(), tags)
+        if conn.dialect.name == "postgresql":  # autovacuum would analyse a production database by now
+            conn.exec_driver_sql("ANALYZE runs")
+            conn.exec_driver_sql("ANALYZE run_tags")

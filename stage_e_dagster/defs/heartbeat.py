@@ -15,6 +15,7 @@ from dagster import SensorEvaluationContext
 from ..catalog.base import utcnow
 from ..catalog.engine import session_scope
 from ..catalog.heartbeats import record_daemons, record_heartbeat
+from .dagster_internals import daemon_heartbeats
 from .resources import StageEResource
 from .sensor_context import sensor_instance
 from .tags import DISPATCH_POOL
@@ -26,7 +27,7 @@ def beat(context: SensorEvaluationContext, stage_e: StageEResource, *, sensor_na
         settings = stage_e.settings()
         if not settings.streaming_enabled:
             return
-        daemons = [(row.daemon_id, row.timestamp) for row in sensor_instance(context).get_daemon_heartbeats().values()]
+        daemons = daemon_heartbeats(sensor_instance(context))
         with session_scope(stage_e.engine()) as session:
             now = utcnow()
             record_heartbeat(session, sensor_name, interval_s=interval_s, settings=settings, pool=DISPATCH_POOL,

@@ -60,7 +60,7 @@ def is_dispatch_run(run: DagsterRun) -> bool:
 def active_dispatch_runs(instance: DagsterInstance, statuses: list[DagsterRunStatus] | None = None) -> list[DagsterRun]:
     """Dispatch runs queued or going. Filtered by status (an indexed column, and few runs are active),
     then by tag in Python: a tag every dispatch run carries would make the query read all history."""
-    runs = instance.get_runs(RunsFilter(statuses=statuses or ACTIVE_STATUSES))
+    runs = dagster_internals.runs(instance, RunsFilter(statuses=statuses or ACTIVE_STATUSES))
     return [run for run in runs if is_dispatch_run(run)]
 
 
@@ -89,7 +89,7 @@ def hold_dispatch(instance: DagsterInstance, engine: sa.Engine, *, trip_id: str,
     queued = [run for run in active_dispatch_runs(instance, [DagsterRunStatus.QUEUED])
               if BACKFILL_TAG not in run.tags]
     for run in queued:
-        instance.run_coordinator.cancel_run(run.run_id)
+        dagster_internals.cancel_queued_run(instance, run.run_id)
         key = run.tags.get(PARTITION_TAG)
         if key:
             with session_scope(engine) as session:

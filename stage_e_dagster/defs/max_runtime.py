@@ -14,6 +14,8 @@ from __future__ import annotations
 
 from dagster import DagsterEventType, DagsterInstance
 
+from .dagster_internals import run_events
+
 # Dagster's run tag for a run's maximum runtime in seconds, and the older spelling its monitor also reads.
 MAX_RUNTIME_TAGS = ("dagster/max_runtime", "dagster/max_runtime_seconds")
 # The starts of the messages ``check_run_timeout`` in Dagster's run monitor writes (cancel, then failure).
@@ -30,9 +32,8 @@ def max_runtime_exceeded(instance: DagsterInstance, run_id: str) -> str | None:
     if limit is not None and start is not None and end is not None and end - start >= limit:
         return f"run exceeded its max runtime: ran {end - start:.0f} s of a {limit:g} s limit"
     for event_type in (DagsterEventType.RUN_CANCELING, DagsterEventType.RUN_FAILURE):
-        for found in instance.get_records_for_run(run_id, of_type=event_type).records:
-            event = found.event_log_entry.dagster_event
-            message = (event.message or "").strip() if event is not None else ""
+        for event in run_events(instance, run_id, event_type):
+            message = event.message.strip()
             if message.startswith(_MONITOR_MESSAGES):
                 return f"run exceeded its max runtime: {message}"
     return None

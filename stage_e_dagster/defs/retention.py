@@ -18,6 +18,7 @@ from sqlalchemy.orm import Session
 from ..catalog.engine import session_scope
 from ..catalog.models import MicroBatch
 from .abandoned import backfills_not_finished
+from .dagster_internals import existing_partitions
 from .partitions import micro_batches
 
 FINISHED = ("succeeded", "stopped", "failed", "abandoned")
@@ -51,7 +52,7 @@ def expired_batches(
     # A partition an unfinished backfill still targets stays (deleting it would fail the backfill).
     live = backfills_not_finished(instance, {b for _, b in rows if b})
     keys = [key for key, backfill_id in rows if backfill_id not in live]
-    existing = instance.get_existing_dynamic_partitions(micro_batches.name, keys) if keys else set()
+    existing = existing_partitions(instance, micro_batches.name, keys)
     return ExpiredBatches(partitioned=[k for k in keys if k in existing],
                           unpartitioned=[k for k in keys if k not in existing])
 

@@ -22,7 +22,6 @@ from typing import Any
 import sqlalchemy as sa
 from dagster import (
     AssetKey,
-    DagsterEventType,
     DagsterInstance,
     DagsterRun,
     DagsterRunStatus,
@@ -37,7 +36,7 @@ from ..dispatch.lifecycle import settle_run_end as settle_batch_run_end
 from ..envelope.bars import Ceilings, EnvelopeSignals
 from ..envelope.trips import check_envelope, trip_opened_by_run
 from ..settings import Settings
-from .dagster_internals import FINISHED_STATUSES, NOT_FINISHED_STATUSES
+from .dagster_internals import FINISHED_STATUSES, NOT_FINISHED_STATUSES, run_materializations, runs_count
 from .max_runtime import max_runtime_exceeded
 from .run_failures import failure_reason_of, may_be_a_live_worker
 from .tags import PARTITION_TAG, REFUSED_REASON_TAG, REFUSED_TAG
@@ -50,7 +49,7 @@ NOT_ENDED = NOT_FINISHED_STATUSES
 def runs_in_progress(instance: DagsterInstance) -> int:
     """Runs of any job not yet ended. A batch reads succeeded in the catalogue a moment before its
     run logs the Stage D materialization and ends, so "the catalogue is idle" is not "the runs are"."""
-    return instance.get_runs_count(RunsFilter(statuses=NOT_ENDED))
+    return runs_count(instance, RunsFilter(statuses=NOT_ENDED))
 
 
 @dataclass(frozen=True)
@@ -64,10 +63,8 @@ class RunEnd:
 
 
 def _stage_d_metadata(instance: DagsterInstance, run_id: str) -> dict[str, Any]:
-    records = instance.get_records_for_run(run_id, of_type=DagsterEventType.ASSET_MATERIALIZATION).records
-    for record in records:
-        mat = record.event_log_entry.asset_materialization
-        if mat is not None and mat.asset_key == AssetKey("stage_d_verdicts"):
+    for mat in run_materializations(instance, run_id):
+        if mat.asset_key == AssetKey("stage_d_verdicts"):
             return {k: v.value for k, v in mat.metadata.items()}
     return {}
 

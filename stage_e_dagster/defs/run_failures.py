@@ -13,7 +13,9 @@ import re
 import signal
 from typing import Any, Protocol
 
-from dagster import DagsterEvent, DagsterEventType, DagsterInstance
+from dagster import DagsterEventType, DagsterInstance
+
+from .dagster_internals import RunEvent, run_events
 
 WORKER_DIED = "run worker died (signal or OOM)"
 MAX_REASON_CHARS = 500
@@ -31,6 +33,8 @@ _CRASH_EXPLANATION = re.compile(
 _LAUNCH_CRASH = re.compile(r"Subprocess for \S+ terminated unexpectedly with exit code (-?\d+)")
 # RUN_FAILURE message of the run-monitoring daemon, for launchers that check worker health.
 _MONITOR_DETECTED = "Detected run worker status"
+# The class of the exception Dagster's multiprocess executor raises for a step process that died.
+CHILD_PROCESS_CRASH = "ChildProcessCrashException"
 # How many of a run's latest engine events are read to find the crash explanation.
 _ENGINE_EVENTS_READ = 25
 
@@ -62,24 +66,23 @@ def failure_reason_of(instance: DagsterInstance, run_id: str) -> str:
     step_failure = _first_event(instance, run_id, DagsterEventType.STEP_FAILURE)
     interrupted: str | None = None
     if step_failure is not None:
-        data = step_failure.step_failure_data
-        description = data.user_failure_data.description if data.user_failure_data else None
+        description = step_failure.user_failure_description
         if description and description.strip():
             return _bounded(description.strip())
-        if data.error is not None:
-            if _qualified_name(data.error).endswith("ChildProcessCrashException"):
+        if step_failure.error is not None:
+            if _qualified_name(step_failure.error).endswith(CHILD_PROCESS_CRASH):
                 crash = _crash_in_engine_events(instance, run_id)
                 return _bounded(f"{WORKER_DIED}: {crash or 'step process crashed'}")
-            summary = error_summary(data.error)
-            if _enum_value(data.error_source) != "INTERRUPT":
+            summary = error_summary(step_failure.error)
+            if step_failure.error_source != "INTERRUPT":
                 return _bounded(summary)
             interrupted = summary  # the run-level message says who interrupted it
 
     if run_failure is not None:
-        error = getattr(run_failure.event_specific_data, "error", None)
-        if error is not None and _run_failure_reason(run_failure) != "STEP_FAILURE":
+        error = run_failure.error
+        if error is not None and run_failure.failure_reason != "STEP_FAILURE":
             return _bounded(error_summary(error))  # the run itself raised (job initialisation, executor)
-        message = (run_failure.message or "").strip()
+        message = run_failure.message.strip()
         if message == _MARKED_FAILED_OUTSIDE:
             detail = _engine_error_message(instance, run_id)
             return _bounded(f"{message} {detail}" if detail else message)
@@ -89,7 +92,7 @@ def failure_reason_of(instance: DagsterInstance, run_id: str) -> str:
         return _bounded(interrupted)
     canceled = _latest_event(instance, run_id, DagsterEventType.RUN_CANCELED)
     if canceled is not None:
-        message = (canceled.message or "").strip()
+        message = canceled.message.strip()
         return _bounded(f"run canceled: {message}" if message else "run canceled")
     return "run ended without a recorded failure event"
 
@@ -106,8 +109,8 @@ def may_be_a_live_worker(instance: DagsterInstance, run_id: str) -> bool:
     run_failure = _latest_event(instance, run_id, DagsterEventType.RUN_FAILURE)
     if run_failure is None:
         return False
-    message = (run_failure.message or "").strip()
-    if _run_failure_reason(run_failure) == "RUN_WORKER_RESTART" or message.startswith(_MONITOR_DETECTED):
+    message = run_failure.message.strip()
+    if run_failure.failure_reason == "RUN_WORKER_RESTART" or message.startswith(_MONITOR_DETECTED):
         return True
     if message != _MARKED_FAILED_OUTSIDE:
         return False
@@ -134,12 +137,12 @@ def error_summary(error: _ErrorInfo) -> str:
     return summary
 
 
-def _worker_death(instance: DagsterInstance, run_id: str, run_failure: DagsterEvent | None) -> str | None:
+def _worker_death(instance: DagsterInstance, run_id: str, run_failure: RunEvent | None) -> str | None:
     """Dagster's account of the run worker dying, or None when the run failed some other way."""
     if run_failure is None:
         return None
-    message = (run_failure.message or "").strip()
-    reason = _run_failure_reason(run_failure)
+    message = run_failure.message.strip()
+    reason = run_failure.failure_reason
     # The failure reason Dagster recorded decides first; its message text only where it recorded none.
     if reason in _DEATH_FAILURE_REASONS:
         if reason == "RUN_WORKER_RESTART":
@@ -156,7 +159,7 @@ def _worker_death(instance: DagsterInstance, run_id: str, run_failure: DagsterEv
 def _crash_in_engine_events(instance: DagsterInstance, run_id: str) -> str | None:
     """The newest engine event saying a run or step process died, reduced to its exit code or signal."""
     for event in _engine_events(instance, run_id):
-        text = event.message or ""
+        text = event.message
         match = _CRASH_EXPLANATION.search(text)
         if match:
             return match.group(0) + "."
@@ -169,7 +172,7 @@ def _crash_in_engine_events(instance: DagsterInstance, run_id: str) -> str | Non
 def _engine_error_message(instance: DagsterInstance, run_id: str) -> str | None:
     """First line of the newest engine event that carries an error (why Dagster failed the run)."""
     for event in _engine_events(instance, run_id):
-        if getattr(event.event_specific_data, "error", None) is not None and event.message:
+        if event.error is not None and event.message:
             return event.message.strip().splitlines()[0]
     return None
 
@@ -181,22 +184,19 @@ def _latest_engine_message(instance: DagsterInstance, run_id: str) -> str | None
     return None
 
 
-def _engine_events(instance: DagsterInstance, run_id: str) -> list[DagsterEvent]:
+def _engine_events(instance: DagsterInstance, run_id: str) -> list[RunEvent]:
     """The run's newest engine events, newest first."""
-    records = instance.get_records_for_run(
-        run_id, of_type=DagsterEventType.ENGINE_EVENT, limit=_ENGINE_EVENTS_READ, ascending=False
-    ).records
-    return [r.event_log_entry.dagster_event for r in records if r.event_log_entry.dagster_event is not None]
+    return run_events(instance, run_id, DagsterEventType.ENGINE_EVENT, limit=_ENGINE_EVENTS_READ, newest_first=True)
 
 
-def _first_event(instance: DagsterInstance, run_id: str, event_type: DagsterEventType) -> DagsterEvent | None:
-    records = instance.get_records_for_run(run_id, of_type=event_type, limit=1).records
-    return records[0].event_log_entry.dagster_event if records else None
+def _first_event(instance: DagsterInstance, run_id: str, event_type: DagsterEventType) -> RunEvent | None:
+    events = run_events(instance, run_id, event_type, limit=1)
+    return events[0] if events else None
 
 
-def _latest_event(instance: DagsterInstance, run_id: str, event_type: DagsterEventType) -> DagsterEvent | None:
-    records = instance.get_records_for_run(run_id, of_type=event_type, limit=1, ascending=False).records
-    return records[0].event_log_entry.dagster_event if records else None
+def _latest_event(instance: DagsterInstance, run_id: str, event_type: DagsterEventType) -> RunEvent | None:
+    events = run_events(instance, run_id, event_type, limit=1, newest_first=True)
+    return events[0] if events else None
 
 
 def _qualified_name(error: _ErrorInfo) -> str:
@@ -237,15 +237,6 @@ def _signal_suffix(exit_code: int) -> str:
         except ValueError:
             return ""
     return ""
-
-
-def _run_failure_reason(run_failure: DagsterEvent) -> str | None:
-    """The ``RunFailureReason`` value Dagster attached to a RUN_FAILURE event, if any."""
-    return _enum_value(getattr(run_failure.event_specific_data, "failure_reason", None))
-
-
-def _enum_value(value: object) -> str | None:
-    return getattr(value, "value", None) if value is not None else None
 
 
 def _bounded(text: str) -> str:

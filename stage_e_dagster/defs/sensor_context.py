@@ -16,7 +16,7 @@ import threading
 
 from dagster import DagsterInstance, SensorEvaluationContext, serialize_value
 
-from .dagster_internals import context_instance_ref
+from .dagster_internals import context_instance_ref, instance_from_ref
 from .resources import LOCATION_RESOURCE, StageEResource
 
 _lock = threading.Lock()
@@ -33,7 +33,7 @@ def sensor_instance(context: SensorEvaluationContext) -> DagsterInstance:
     with _lock:
         instance = _by_ref.get(key)
         if instance is None:
-            instance = _by_ref[key] = DagsterInstance.from_ref(ref)
+            instance = _by_ref[key] = instance_from_ref(ref)
     return instance
 
 

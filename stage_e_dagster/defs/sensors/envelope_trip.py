@@ -43,6 +43,7 @@ from ...envelope.bars import Ceilings
 from ...envelope.signals import sample_signals
 from ...envelope.trips import check_envelope, current_open_trip
 from ..checks import trip_verdict
+from ..dagster_internals import runs as dagster_runs
 from ..envelope_asset import read_envelope
 from ..heartbeat import beat
 from ..hold import dispatch_cap, hold_dispatch, is_dispatch_run, release_hold
@@ -89,7 +90,7 @@ def _ended_runs(instance: DagsterInstance, after: dict[str, int], start_ts: floa
         records = instance.fetch_run_status_changes(records_filter, limit=RUNS_PER_TICK, ascending=True).records
         read += [(event_type.value, r.storage_id, r.event_log_entry.run_id, r.timestamp) for r in records]
     unique = list(dict.fromkeys(run_id for _, _, run_id, _ in read))
-    runs = {run.run_id: run for run in instance.get_runs(RunsFilter(run_ids=unique))} if unique else {}
+    runs = {run.run_id: run for run in dagster_runs(instance, RunsFilter(run_ids=unique))} if unique else {}
     now = time.time()
     held: set[str] = set()
     for event_type, storage_id, run_id, stamp in read:
