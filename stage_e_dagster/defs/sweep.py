@@ -54,10 +54,13 @@ def launch_sweep(
     """
     backfill_id = new_backfill_id()
     engine = engine_for(settings.database_url)
+    # The gate in a transaction of its own that commits: a fresh sample over a bar opens a trip, which the
+    # refusal names and which must stay open (raising inside the walk's transaction rolled it back).
     with session_scope(engine) as session:
         verdict = check_gate(session, settings)
-        if not verdict.allowed:
-            raise SweepRefused(verdict.reason)
+    if not verdict.allowed:
+        raise SweepRefused(verdict.reason)
+    with session_scope(engine) as session:
         walk = walk_backlog(
             session,
             plan_for_sweep(settings, max_batches=max_batches, session=session),

@@ -42,3 +42,32 @@ def test_a_hold_cancels_queued_sensor_runs_but_leaves_a_sweeps_runs_queued_behin
         assert instance.get_run_by_id(sensor_run).status == DagsterRunStatus.CANCELED
         assert instance.get_run_by_id(sweep_run).status == DagsterRunStatus.QUEUED
         assert instance.event_log_storage.get_concurrency_info("stage_e_dispatch").slot_count == 0
+
+
+def test_a_refused_sweep_names_a_trip_that_stays_open(pipeline, monkeypatch) -> None:
+    """The gate's fresh sample opens a trip when the fetch window is over its bar; the sweep's refusal
+    names it, so the trip must be committed, not rolled back with the refused walk."""
+    from stage_e_dagster.catalog.engine import session_scope
+    from stage_e_dagster.catalog.models import EnvelopeTrip, MicroBatch
+    from stage_e_dagster.definitions import defs
+    from stage_e_dagster.defs.sweep import SweepRefused, launch_sweep
+    from stage_e_dagster.envelope.fetch_window import record_fetch_outcome
+    from stage_e_dagster.settings import load_settings
+
+    monkeypatch.setenv("STAGE_E_STREAMING_ENABLED", "true")
+    monkeypatch.setenv("STAGE_E_FETCH_FAILURE_WINDOW", "10")
+    with session_scope(pipeline.engine) as session:
+        for _ in range(5):
+            record_fetch_outcome(session, "failed", status_code=500, host="images.example.org")
+    try:
+        launch_sweep(pipeline.instance, defs.resolve_asset_graph(), load_settings(), max_batches=5)
+    except SweepRefused as refused:
+        said = str(refused)
+    else:
+        raise AssertionError("a sweep over the fetch-failure bar launched")
+    with session_scope(pipeline.engine) as session:
+        trips = session.execute(sa.select(EnvelopeTrip)).scalars().all()
+        batches = session.execute(sa.select(sa.func.count()).select_from(MicroBatch)).scalar_one()
+    assert [(t.bar, t.acknowledged_at) for t in trips] == [("fetch_failure_rate", None)], said
+    assert f"opened trip {trips[0].trip_id}" in said
+    assert batches == 0  # the refused walk recorded nothing
