@@ -242,3 +242,39 @@ def test_a_run_a_person_cancelled_costs_no_attempt(pipeline: Pipeline, monkeypat
     settle_run_end(pipeline.engine, pipeline.instance, load_settings(), pipeline.instance.get_run_by_id(run.run_id))
     with session_scope(pipeline.engine) as session:
         assert session.get(MicroBatch, key).status == "abandoned"
+
+
+def _queued_dispatch_run(pipeline: Pipeline, batch_key: str) -> DagsterRun:
+    from dagster._core.remote_origin import RegisteredCodeLocationOrigin, RemoteJobOrigin, RemoteRepositoryOrigin
+
+    repository = RemoteRepositoryOrigin(RegisteredCodeLocationOrigin("stage_e"), "__repository__")
+    run = DagsterRun(job_name="stage_e_dispatch", run_id=str(uuid.uuid4()), status=DagsterRunStatus.QUEUED,
+                     remote_job_origin=RemoteJobOrigin(repository, "stage_e_dispatch"),
+                     tags={PARTITION_TAG: batch_key, DISPATCH_TAG: "micro-batch"})
+    pipeline.instance.add_run(run)
+    return run
+
+
+def test_the_envelope_sensor_leaves_a_cancelled_runs_batch_alone_while_another_run_of_it_is_queued(
+    pipeline: Pipeline, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A batch requested again has two runs; a person cancels the first while the second waits queued.
+    The batch stays the queued run's to take (the dispatch sensor settles only with no run going); the
+    envelope sensor abandoned it, so the queued run would start on a batch already given back."""
+    monkeypatch.setenv("STAGE_E_STREAMING_ENABLED", "true")
+    key = pipeline.tick("card_created_sensor").run_requests[0].partition_key
+    first, second = _queued_dispatch_run(pipeline, key), _queued_dispatch_run(pipeline, key)
+    pipeline.instance.report_run_canceling(first)
+    pipeline.instance.report_run_canceled(pipeline.instance.get_run_by_id(first.run_id))
+    pipeline.tick("envelope_trip_sensor")
+    with session_scope(pipeline.engine) as session:
+        batch = session.get(MicroBatch, key)
+        assert batch.status == "pending", batch.failure_reason
+        assert session.execute(sa.select(sa.func.count()).select_from(CardClaim)
+                               .where(CardClaim.batch_key == key)).scalar_one() == len(batch.card_ids)
+
+    # The queued run ends too (cancelled): with no run of the batch going, its batch is settled.
+    pipeline.instance.report_run_canceled(pipeline.instance.get_run_by_id(second.run_id))
+    pipeline.tick("envelope_trip_sensor")
+    with session_scope(pipeline.engine) as session:
+        assert session.get(MicroBatch, key).status == "abandoned"

@@ -46,9 +46,10 @@ from ..checks import trip_verdict
 from ..dagster_internals import runs as dagster_runs
 from ..envelope_asset import read_envelope
 from ..heartbeat import beat
-from ..hold import dispatch_cap, hold_dispatch, is_dispatch_run, release_hold
+from ..hold import ACTIVE_STATUSES, dispatch_cap, hold_dispatch, is_dispatch_run, release_hold
 from ..run_ends import ENDED, settle_run_end
 from ..sensor_context import sensor_instance, sensor_resource
+from ..tags import PARTITION_TAG
 from .dispatching import EVERY_DAEMON_PASS_S
 
 INTERVAL_S = EVERY_DAEMON_PASS_S
@@ -104,6 +105,17 @@ def _ended_runs(instance: DagsterInstance, after: dict[str, int], start_ts: floa
     return [runs[run_id] for run_id in unique if run_id in runs], len(read)
 
 
+def _batches_with_a_run_going(instance: DagsterInstance, ended: list[DagsterRun]) -> set[str]:
+    """The batches among these runs' that have another run not ended (a batch requested again has one run
+    per request): settling one run's end then would give back a batch the other run is about to take or
+    holds. One read for all of them."""
+    keys = sorted({key for run in ended if (key := run.tags.get(PARTITION_TAG))})
+    if not keys:
+        return set()
+    going = dagster_runs(instance, RunsFilter(tags={PARTITION_TAG: keys}, statuses=ACTIVE_STATUSES))
+    return {key for run in going if (key := run.tags.get(PARTITION_TAG))}
+
+
 def _report_outbox(engine: sa.Engine, reported: list[int]) -> tuple[list[AssetObservation], list[int]]:
     """Mark what the last stored tick emitted, then the entries still to report, as observations."""
     with session_scope(engine) as session:
@@ -142,10 +154,12 @@ def envelope_trip_sensor(context: SensorEvaluationContext) -> SensorResult:
     events: list[AssetObservation | AssetCheckEvaluation] = []
     notes: list[str] = []
     ended = 0
-    for run in runs:
-        if not is_dispatch_run(run) or run.status not in ENDED:
-            continue
+    ended_runs = [run for run in runs if is_dispatch_run(run) and run.status in ENDED]
+    busy = _batches_with_a_run_going(instance, ended_runs)
+    for run in ended_runs:
         ended += 1
+        if run.tags.get(PARTITION_TAG) in busy:
+            continue  # another run of the batch is queued or going: the dispatch sensor settles it after that one
         end = settle_run_end(engine, instance, settings, run)
         if end.note:
             notes.append(end.note)
