@@ -137,6 +137,12 @@ class Settings(BaseSettings):
     rss_mb_ceiling: Annotated[float, Field(ge=0)] = 768.0
     fetch_failure_rate_ceiling: Annotated[float, Field(ge=0, le=1)] = 0.01
     fetch_failure_window: PositiveCount = 500
+    # Failures that cannot hide: batches failed in a row for one cause (a model that cannot load or run)
+    # allowed before a trip (the third trips), and the share of cards read whose extractor raised among
+    # the newest ``extractor_error_window`` cards read (0.05 x 100: the sixth such card trips).
+    failed_batches_ceiling: Annotated[int, Field(ge=0)] = 2
+    extractor_error_rate_ceiling: Annotated[float, Field(ge=0, le=1)] = 0.05
+    extractor_error_window: PositiveCount = 100
     # Empty: ``<state>/images``. Read as ``:``-separated folders, not JSON.
     image_roots: Annotated[tuple[Path, ...], NoDecode] = Field((), validate_default=True)
     fetch_allowed_hosts: Annotated[tuple[str, ...], NoDecode] = ()  # read comma-separated

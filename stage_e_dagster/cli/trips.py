@@ -62,6 +62,8 @@ def list_command(
         reading = (
             f"{detail.get('observed')} / {detail.get('ceiling')}" if "observed" in detail else detail.get("note", "")
         )
+        if detail.get("cause"):
+            reading = f"{reading}: {str(detail['cause'])[:120]}"
         acked = f"{t['acknowledged_at'][:19]} by {t['acknowledged_by']}" if t["acknowledged_at"] else "OPEN"
         row = [t["trip_id"], t["bar"], str(reading), t["tripped_at"][:19].replace("T", " "), acked]
         if wide:
@@ -95,6 +97,10 @@ def ack_command(
         with session_scope(catalog_engine()) as session:
             trip = acknowledge_trip(session, trip_id, note=note, by=by or _default_person())
             summary = f"acknowledged {trip.trip_id} (bar {trip.bar}, tripped {trip.tripped_at:%Y-%m-%d %H:%M:%S} UTC)"
+            given = (trip.detail or {}).get("given_back")
+            if given is not None:
+                summary += (f"\ngiven back to the Stage C backlog: {given['parked_cards']} parked card(s), "
+                            f"{given['extractor_error_cards']} card(s) read with an extractor error")
     except TripError as exc:
         raise CliError(str(exc)) from exc
     typer.echo(summary)

@@ -18,7 +18,7 @@ from dagster import DagsterInstance, RunsFilter
 from sqlalchemy.orm import Session
 
 from ..catalog.models import MicroBatch
-from .dagster_internals import backfill_status, existing_partitions, runs
+from .dagster_internals import existing_partitions, partitions_unfinished_backfills_target, runs
 from .hold import ACTIVE_STATUSES
 from .partitions import micro_batches
 from .tags import PARTITION_TAG
@@ -52,13 +52,14 @@ def abandoned_partitions(
     grace: timedelta = timedelta(seconds=60),
 ) -> AbandonedPartitions:
     """The next ``limit`` abandoned batches by (finished at, key), read off the status and finished-at
-    index; those whose partition exists and has no run queued or going are returned for deletion.
-    The pass stops at the first batch that still has a run going, or whose sweep's backfill has not
-    finished, to look at it again next time.
+    index; those whose partition exists, has no run queued or going and is targeted by no unfinished
+    backfill (whoever launched it) are returned for deletion. A batch that must wait holds back only
+    itself: the cursor stays before the first one, so the next pass looks at it again, and the pass goes
+    on deleting the batches after it (at most ``limit`` read per pass).
 
     A batch abandoned less than ``grace`` ago is left for a later tick: the transaction that abandoned
     it may still be committing (so the keyset would step over it), and its run may be settling."""
-    query = sa.select(MicroBatch.batch_key, MicroBatch.finished_at, MicroBatch.backfill_id).where(
+    query = sa.select(MicroBatch.batch_key, MicroBatch.finished_at).where(
         MicroBatch.status == "abandoned", MicroBatch.finished_at < now - grace
     )
     if after is not None:
@@ -69,7 +70,7 @@ def abandoned_partitions(
             )
         )
     rows = session.execute(query.order_by(MicroBatch.finished_at, MicroBatch.batch_key).limit(limit)).all()
-    keys = [key for key, _, _ in rows]
+    keys = [key for key, _ in rows]
     going = (
         {run.tags.get(PARTITION_TAG) for run in runs(instance, RunsFilter(tags={PARTITION_TAG: keys},
                                                                            statuses=ACTIVE_STATUSES))}
@@ -77,25 +78,22 @@ def abandoned_partitions(
         else set()
     )
     existing = existing_partitions(instance, micro_batches.name, keys)
+    # A backfill that has not finished still targets the partition: deleting it fails the backfill and
+    # cancels its queued runs, though the batch's cards were done under other keys.
+    targeted = partitions_unfinished_backfills_target(instance) if keys else set()
     delete: list[str] = []
-    cursor = after
-    live_backfills = backfills_not_finished(instance, {b for _, _, b in rows if b})
-    for key, finished_at, backfill_id in rows:
-        # A backfill that has not finished still targets the partition: deleting it fails the backfill
-        # and cancels its queued runs, though the batch's cards were done under other keys.
-        if key in going or backfill_id in live_backfills:
-            break
+    cursor, waiting = after, False
+    for key, finished_at in rows:
+        if key in going or key in targeted:
+            waiting = True  # looked at again next pass: the cursor stays before it
+            continue
         if key in existing:
             delete.append(key)
-        cursor = (finished_at, key)
+        if not waiting:
+            cursor = (finished_at, key)
     return AbandonedPartitions(delete=delete, cursor=cursor)
 
 
-# Backfill statuses after which the backfill daemon no longer reads the backfill's partitions.
+# Backfill statuses after which the backfill daemon no longer reads the backfill's partitions (the rest
+# are ``dagster_internals.UNFINISHED_BACKFILL_STATUSES``).
 BACKFILL_FINISHED = {"COMPLETED", "COMPLETED_SUCCESS", "COMPLETED_FAILED", "FAILED", "CANCELED"}
-
-
-def backfills_not_finished(instance: DagsterInstance, backfill_ids: set[str]) -> set[str]:
-    """Which of these backfills may still read their partitions (one read per backfill). A backfill
-    Dagster does not know (a sweep that never submitted it) targets nothing."""
-    return {b for b in backfill_ids if (backfill_status(instance, b) or "COMPLETED") not in BACKFILL_FINISHED}

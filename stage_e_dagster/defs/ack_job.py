@@ -80,6 +80,7 @@ def acknowledge_trip_op(context: OpExecutionContext, config: AckConfig, stage_e:
         with session_scope(engine) as session:
             trip = acknowledge_trip(session, config.trip_id, note=config.note, by=by)
             bar, tripped_at = trip.bar, trip.tripped_at
+            given = dict((trip.detail or {}).get("given_back") or {})
     except TripError as exc:
         outcome = OUTCOME_OF_ERROR.get(type(exc), "refused")
         raise Failure(
@@ -94,6 +95,8 @@ def acknowledge_trip_op(context: OpExecutionContext, config: AckConfig, stage_e:
     context.log.info(
         f"acknowledged {config.trip_id} (bar {bar}, tripped {tripped_at:%Y-%m-%d %H:%M:%S} UTC) by {by}; "
         + ("dispatch resumes at the next sensor tick" if verdict.passed else f"still open: {verdict.description}")
+        + (f"; given back to the Stage C backlog: {given['parked_cards']} parked card(s), "
+           f"{given['extractor_error_cards']} card(s) read with an extractor error" if given else "")
     )
     return Output(
         config.trip_id,
@@ -104,6 +107,7 @@ def acknowledge_trip_op(context: OpExecutionContext, config: AckConfig, stage_e:
             "acknowledged_by": by,
             "note": config.note.strip(),
             "open_trips_left": int(verdict.metadata.get("open_trips", 0)),
+            **{key: int(count) for key, count in given.items()},
         },
     )
 

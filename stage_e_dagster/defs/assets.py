@@ -20,6 +20,7 @@ from ..dispatch.conveyor import (
     run_batch_stage_d,
     start_batch,
 )
+from ..envelope.bars import Ceilings
 from ..envelope.signals import peak_rss_mb
 from ..envelope.trips import trip_opened_by_run
 from .checks import stage_c_batch_check, stage_c_batch_clean_spec
@@ -88,7 +89,8 @@ def stage_c_evidence(
     fetcher = stage_e.image_fetcher(settings)
     try:
         result = run_batch_stage_c(engine, batch, run_id=context.run.run_id, fetcher=fetcher, logger=context.log,
-                                   ocr_pass=settings.ocr_pass, split_for=(settings, DISPATCH_POOL))
+                                   ocr_pass=settings.ocr_pass, split_for=(settings, DISPATCH_POOL),
+                                   ceilings=Ceilings.from_settings(settings))
     finally:
         fetcher.close()
     if result.lockout_trip_id:

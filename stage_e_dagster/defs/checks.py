@@ -71,7 +71,8 @@ class TripVerdict:
 def _reading(detail: Mapping[str, Any] | None) -> str:
     detail = detail or {}
     if "observed" in detail:
-        return f"observed {detail['observed']} over ceiling {detail.get('ceiling')}"
+        cause = f"; cause: {detail['cause']}" if detail.get("cause") else ""
+        return f"observed {detail['observed']} over ceiling {detail.get('ceiling')}{cause}"
     return str(detail.get("note") or "no reading recorded")
 
 
@@ -97,6 +98,7 @@ def trip_verdict(session: Session) -> TripVerdict:
     metadata = {
         "trip_id": newest.trip_id,
         "bar": newest.bar,
+        "cause": str((newest.detail or {}).get("cause") or ""),
         "tripped_at": newest.tripped_at.isoformat(),
         "ack_command": ack_command(newest.trip_id),
         "ack_launchpad": MetadataValue.url(ack_launchpad_path(newest.trip_id)),
@@ -120,7 +122,8 @@ def no_open_trip(stage_e: StageEResource) -> AssetCheckResult:
 stage_c_batch_clean_spec = AssetCheckSpec(
     name=STAGE_C_BATCH_CLEAN,
     asset="stage_c_evidence",
-    description="Warns when the batch had host fetch failures, terminal records or a lockout: not plain green.",
+    description="Warns when the batch had host fetch failures, terminal records, extractor errors or a lockout: "
+    "not plain green.",
 )
 
 
@@ -129,11 +132,15 @@ def stage_c_batch_check(row: Mapping[str, Any]) -> AssetCheckResult:
     failures = int(row.get("stage_c_fetch_failures", 0))
     terminal = int(row.get("stage_c_terminal", 0))
     lockout = str(row.get("lockout_trip_id") or "")
+    extractor_errors = int(row.get("stage_c_extractor_errors", 0))
     problems = []
     if failures:
         problems.append(f"{failures} host fetch failure(s)")
     if terminal:
         problems.append(f"{terminal} card(s) left with a terminal record")
+    if extractor_errors:
+        problems.append(f"{extractor_errors} card(s) read with an extractor that raised (extractor-error; "
+                        "the tracebacks are in the run's log)")
     if lockout:
         problems.append(f"image host lockout (trip {lockout}), Stage C stopped early")
     return AssetCheckResult(
@@ -147,6 +154,7 @@ def stage_c_batch_check(row: Mapping[str, Any]) -> AssetCheckResult:
             "stage_c_terminal": terminal,
             "stage_c_rejected": int(row.get("stage_c_rejected", 0)),
             "stage_c_throttled": int(row.get("stage_c_throttled", 0)),
+            "stage_c_extractor_errors": extractor_errors,
             "lockout_trip_id": lockout,
         },
     )

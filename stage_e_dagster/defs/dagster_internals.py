@@ -316,3 +316,22 @@ def insert_run_rows(instance: DagsterInstance, rows: list[dict[str, Any]], tags:
         if conn.dialect.name == "postgresql":  # autovacuum would analyse a production database by now
             conn.exec_driver_sql("ANALYZE runs")
             conn.exec_driver_sql("ANALYZE run_tags")
+
+
+# Backfill statuses under which the backfill daemon may still read the backfill's partitions.
+UNFINISHED_BACKFILL_STATUSES = [BulkActionStatus.REQUESTED, BulkActionStatus.CANCELING, BulkActionStatus.FAILING]
+
+
+def partitions_unfinished_backfills_target(instance: DagsterInstance) -> set[str]:
+    """Every partition key an unfinished backfill targets, whoever launched it (a sweep, the UI's asset or
+    job page, the GraphQL API): one read of the backfills table for the unfinished ones. Deleting one of
+    those partitions fails its backfill and cancels the backfill's queued runs."""
+    from dagster._core.execution.backfill import BulkActionsFilter
+
+    keys: set[str] = set()
+    for backfill in instance.get_backfills(filters=BulkActionsFilter(statuses=UNFINISHED_BACKFILL_STATUSES)):
+        if backfill.asset_backfill_data is not None:
+            for subset in backfill.asset_backfill_data.target_subset.partitions_subsets_by_asset_key.values():
+                keys.update(subset.get_partition_keys())
+        keys.update(backfill.partition_names or ())  # a job backfill's partitions
+    return keys

@@ -17,8 +17,7 @@ from sqlalchemy.orm import Session
 
 from ..catalog.engine import session_scope
 from ..catalog.models import MicroBatch
-from .abandoned import backfills_not_finished
-from .dagster_internals import existing_partitions
+from .dagster_internals import existing_partitions, partitions_unfinished_backfills_target
 from .partitions import micro_batches
 
 FINISHED = ("succeeded", "stopped", "failed", "abandoned")
@@ -41,17 +40,18 @@ def expired_batches(
     """At most ``limit`` finished batches that ended before the cutoff (read off the status and
     finished-at index, no ordering, so the query stops after ``limit`` rows). Which of them still
     have a partition is one read of Dagster's partitions table per chunk of keys, not one per key
-    (and one read per sweep backfill among them, to keep partitions an unfinished backfill targets):
+    (and one read of the unfinished backfills, to keep the partitions any of them targets, whoever
+    launched it):
     on PostgreSQL each storage call opens a connection, and a call per key made the retention ticks
     of bench/scale.py take 12-13 s."""
     rows = session.execute(
-        sa.select(MicroBatch.batch_key, MicroBatch.backfill_id)
+        sa.select(MicroBatch.batch_key)
         .where(MicroBatch.status.in_(FINISHED), MicroBatch.finished_at < finished_before)
         .limit(limit)
-    ).all()
+    ).scalars().all()
     # A partition an unfinished backfill still targets stays (deleting it would fail the backfill).
-    live = backfills_not_finished(instance, {b for _, b in rows if b})
-    keys = [key for key, backfill_id in rows if backfill_id not in live]
+    targeted = partitions_unfinished_backfills_target(instance) if rows else set()
+    keys = [key for key in rows if key not in targeted]
     existing = existing_partitions(instance, micro_batches.name, keys)
     return ExpiredBatches(partitioned=[k for k in keys if k in existing],
                           unpartitioned=[k for k in keys if k not in existing])

@@ -110,5 +110,5 @@ def settle_run_end(engine: sa.Engine, instance: DagsterInstance, settings: Setti
     )
     with session_scope(engine) as session:
         settled = settle_batch_run_end(session, key, facts, now=utcnow(), max_attempts=settings.max_batch_attempts,
-                                       claim_ttl_s=settings.claim_ttl_s)
+                                       claim_ttl_s=settings.claim_ttl_s, ceilings=Ceilings.from_settings(settings))
     return RunEnd(settled.recorded, settled.note, settled.retry_key)

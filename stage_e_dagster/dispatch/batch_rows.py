@@ -27,6 +27,7 @@ STAGE_C_FIELDS = (
     "stage_c_terminal",
     "stage_c_rejected",
     "stage_c_config_refused",
+    "stage_c_extractor_errors",
 )
 STAGE_D_FIELDS = (
     "stage_d_join_key_votes",
@@ -80,6 +81,7 @@ def stage_c_row(
         stage_c_terminal=report.terminal,
         stage_c_rejected=report.rejected,
         stage_c_config_refused=report.config_refused,
+        stage_c_extractor_errors=report.extractor_errors,
     )
     return row
 

@@ -18,13 +18,13 @@ from sqlalchemy.orm import Session
 from ..catalog.backlog import STAGE_C_PENDING, STAGE_D_PENDING
 from ..catalog.base import utcnow
 from ..catalog.models import Card, MicroBatch, ScanLog
+from ..catalog.models.dispatch import PARKED_KEY
 from .claims import claim_cards, release_claims, transfer_claims, unclaimed_card_ids
 from .keys import new_batch_key, retry_key
 from .sizing import BatchPlan
 
 DISPATCH_WRITER_PREFIX = "dispatch:"
 DISPATCH_AGENT = "stage-e-dispatch"
-PARKED_KEY = "parked"
 PARK_FOR = timedelta(hours=24)
 IN_FLIGHT = ("pending", "running")
 EVERY_CARD_TAKEN = "every card was taken by another batch"

@@ -18,7 +18,7 @@ from sqlalchemy.orm import Session
 from ..catalog.base import utcnow
 from ..catalog.engine import session_scope
 from ..envelope.bars import Ceilings, EnvelopeSignals
-from ..envelope.signals import current_rss_mb, peak_rss_mb
+from ..envelope.signals import current_rss_mb, failure_signals, peak_rss_mb
 from ..envelope.trips import check_envelope, current_open_trip, open_trip
 from ..settings import Settings
 from .batches import dispatch_writer, get_batch, mark_succeeded, record_stage_c_end, still_held, take_batch
@@ -147,16 +147,30 @@ def must_stop(engine: sa.Engine, batch_key: str, *, run_id: str) -> bool:
 
 def run_batch_stage_c(engine: sa.Engine, batch: BatchInfo, *, run_id: str, fetcher: ImageFetcher,
                       logger: logging.Logger | None = None, ocr_pass: str = "full",
-                      split_for: tuple[Settings, str] | None = None) -> StageCResult:
+                      split_for: tuple[Settings, str] | None = None,
+                      ceilings: Ceilings | None = None) -> StageCResult:
     """Stage C over the batch. A lockout stops Stage C and opens a trip at once; the caller goes on to Stage D.
 
-    Progress and every card that failed, was deferred or was left terminal go to ``logger``. With
+    Progress and every card that failed, was deferred or was left terminal go to ``logger``, as does the
+    traceback of every extractor that raised. With ``ceilings``, a card read with an extractor error
+    samples the failure bars at once, so a trip it crosses stops Stage C at the next card. With
     ``split_for`` (the settings and the dispatch pool), the batch hands its unstarted tail to a slot
     that would otherwise idle (``dispatch/tail.py``).
     """
-    from ..stage_c.run import FETCH_AHEAD, run_stage_c
+    from ..stage_c.run import EXTRACTOR_ERROR, FETCH_AHEAD, run_stage_c
 
     said = BatchLog(logger or log, "stage C", len(batch.card_ids))
+
+    def on_card(card_id: int, outcome: str, detail: str) -> None:
+        said.card(card_id, outcome, detail)
+        if outcome == EXTRACTOR_ERROR and ceilings is not None:
+            with session_scope(engine) as session:
+                if current_open_trip(session) is None:
+                    trip = check_envelope(session, failure_signals(session, ceilings), ceilings, run_id=run_id)
+                    if trip is not None:
+                        said.logger.warning(f"stage C: {trip.bar} crossed ({trip.detail.get('cause')}): "
+                                            f"opened trip {trip.trip_id}; Stage C stops at the next card")
+
     splitter = None
     if split_for is not None:
         settings, pool = split_for
@@ -170,7 +184,7 @@ def run_batch_stage_c(engine: sa.Engine, batch: BatchInfo, *, run_id: str, fetch
         fetcher=fetcher,
         should_stop=lambda: must_stop(engine, batch.batch_key, run_id=run_id),
         progress=said.advance,
-        on_card=said.card,
+        on_card=on_card,
         ocr_pass=ocr_pass,
         gone=splitter.gone if splitter is not None else None,
     )

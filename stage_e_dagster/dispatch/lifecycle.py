@@ -16,6 +16,9 @@ from typing import Callable
 from sqlalchemy.orm import Session
 
 from ..catalog.models import MicroBatch
+from ..envelope.bars import Ceilings
+from ..envelope.signals import failure_signals
+from ..envelope.trips import check_envelope, current_open_trip
 from .backlog_walk import SWEEP_TRIGGER
 from .batch_rows import failure_row
 from .batches import Failed, abandon, fail_and_retry, forget_request, get_batch
@@ -67,17 +70,23 @@ def _last_sign_of_life(started_at: datetime | None, progress_at: datetime | None
 
 
 def settle_run_end(
-    session: Session, batch_key: str, facts: RunEndFacts, *, now: datetime, max_attempts: int, claim_ttl_s: int
+    session: Session, batch_key: str, facts: RunEndFacts, *, now: datetime, max_attempts: int, claim_ttl_s: int,
+    ceilings: Ceilings | None = None,
 ) -> Settled:
     """Move the batch on from its run's end: abandoned (a refusal at the gate, a person's cancel: no
     attempt spent), its request forgotten (the run failed before taking it), left alone (a report
-    without proof about a worker still making progress), or failed and retried or parked."""
+    without proof about a worker still making progress), or failed and retried or parked.
+
+    With ``ceilings``, a failure also samples the failure bars in the same transaction: batches failed
+    for one cause with none finishing cleanly in between open a ``failed_batches`` trip naming it, so
+    the cards they park are never parked unseen (the acknowledgement gives them back)."""
     try:
         batch = get_batch(session, batch_key)
     except LookupError:
         return Settled()
     held = batch.status == "running" and batch.run_id == facts.run_id
     retry_key = None
+    failed = False
     if facts.refused_at_gate is not None or (facts.cancelled and facts.timed_out is None):
         reason = f"refused: {facts.refused_at_gate}" if facts.refused_at_gate is not None else (
             "run cancelled before it finished")
@@ -97,14 +106,19 @@ def settle_run_end(
                                 f"showed progress {ago:.0f} s ago: its batch stays its own")
         outcome = fail_and_retry(session, batch, reason=reason, now=now, max_attempts=max_attempts,
                                  claim_ttl_s=claim_ttl_s, run_id=facts.run_id if held else None)
-        recorded = outcome.recorded
+        recorded = failed = outcome.recorded
         retry_key = outcome.retry.batch_key if outcome.retry else None
     if not recorded:
         return Settled()
     entry = failure_row(batch_key=batch_key, card_count=len(batch.card_ids), trigger_reason=batch.trigger_reason,
                         attempt=batch.attempt, run_id=facts.run_id, failure_reason=reason, retry_batch_key=retry_key)
     add_entry(session, batch_key=batch_key, run_id=facts.run_id, entry=entry)
-    return Settled(True, f"run {facts.run_id[:8]} of {batch_key} {facts.status}: {reason[:160]}", retry_key)
+    note = f"run {facts.run_id[:8]} of {batch_key} {facts.status}: {reason[:160]}"
+    if ceilings is not None and failed and current_open_trip(session) is None:
+        trip = check_envelope(session, failure_signals(session, ceilings), ceilings, run_id=facts.run_id)
+        if trip is not None:
+            note += f"; {trip.bar} crossed: trip {trip.trip_id} ({str(trip.detail.get('cause'))[:160]})"
+    return Settled(True, note, retry_key)
 
 
 def next_step(

@@ -30,12 +30,15 @@ def record_fetch_outcome(
     host: str | None = None,
     card_id: int | None = None,
     run_id: str | None = None,
+    extractor_error: str | None = None,
 ) -> None:
     """Append one outcome (``ok``, ``throttled``, ``failed``, ``rejected`` or ``lockout``) in the caller's
-    transaction."""
+    transaction; ``extractor_error`` says which extractor raised on a card read, and what (its bar is
+    ``extractor_errors``, ``envelope.failures``)."""
     if outcome not in FETCH_OUTCOMES:
         raise ValueError(f"unknown fetch outcome {outcome!r}; expected one of {FETCH_OUTCOMES}")
-    session.add(FetchOutcome(outcome=outcome, status_code=status_code, host=host, card_id=card_id, run_id=run_id))
+    session.add(FetchOutcome(outcome=outcome, status_code=status_code, host=host, card_id=card_id, run_id=run_id,
+                             extractor_error=extractor_error[:300] if extractor_error else None))
 
 
 def window_counts(session: Session, window: int) -> WindowCounts:

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Protocol
 
@@ -11,6 +11,7 @@ from sqlalchemy.orm import Session
 
 from ..settings import usable_cpus
 from .bars import Ceilings, EnvelopeSignals
+from .failures import extractor_error_counts, failed_batch_streak
 from .fetch_window import window_counts
 
 # The two ways contention is read: the kernel's pressure stall information, or (without it) the load
@@ -112,13 +113,29 @@ def peak_rss_mb() -> float | None:
 
 
 def sample_signals(session: Session, ceilings: Ceilings, *, rss_mb: float | None = None) -> EnvelopeSignals:
-    """A fresh sample for the bars that trip on one reading: the shared fetch window and the RSS the
-    caller measured (if any). Host load is not among them: the governor steers it (``governor``)."""
+    """A fresh sample for the bars that trip on one reading: the shared fetch window, the failures that
+    must not hide (batches failed in a row, extractor errors) and the RSS the caller measured (if any).
+    Host load is not among them: the governor steers it (``governor``)."""
     counts = window_counts(session, ceilings.fetch_failure_window)
-    return EnvelopeSignals(
+    return replace(
+        failure_signals(session, ceilings),
         host_load=None,
         rss_mb=rss_mb,
         fetch_failures=counts.failures,
         fetch_total=counts.total,
         lockout_seen=False,
+    )
+
+
+def failure_signals(session: Session, ceilings: Ceilings) -> EnvelopeSignals:
+    """Only the failures that must not hide: the batches failed in a row for one cause, and the cards
+    read whose extractor raised (``envelope.failures``)."""
+    streak = failed_batch_streak(session, longest=ceilings.failed_batches + 1)
+    errors = extractor_error_counts(session, ceilings.extractor_error_window)
+    return EnvelopeSignals(
+        failed_batches=streak.length,
+        failure_cause=streak.reason,
+        extractor_errors=errors.errors,
+        extractor_read=errors.read,
+        extractor_error_cause=errors.cause,
     )

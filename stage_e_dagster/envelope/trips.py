@@ -11,8 +11,9 @@ from sqlalchemy.orm import Session
 
 from ..catalog.base import utcnow
 from ..catalog.engine import dialect_insert
+from ..catalog.give_back import give_back
 from ..catalog.models import TRIP_BARS, EnvelopeTrip, FetchOutcome
-from .bars import Ceilings, EnvelopeSignals, first_breach
+from .bars import FAILURE_BARS, Ceilings, EnvelopeSignals, first_breach
 
 
 class TripError(Exception):
@@ -103,7 +104,11 @@ def list_trips(session: Session, *, open_only: bool = False, limit: int = 100) -
 
 
 def acknowledge_trip(session: Session, trip_id: str, *, note: str, by: str) -> EnvelopeTrip:
-    """Close one trip on a person's word. The only code path that clears a trip."""
+    """Close one trip on a person's word. The only code path that clears a trip.
+
+    The trip of a failure that must not hide (``FAILURE_BARS``) is acknowledged once its cause is
+    fixed, so the cards those failures set aside (parked, or read with an extractor error) go back to
+    the backlog in the same transaction; the trip's detail says how many (``given_back``)."""
     if not note or not note.strip():
         raise EmptyNote("acknowledging a trip needs a non-empty --note")
     trip = session.execute(
@@ -121,5 +126,7 @@ def acknowledge_trip(session: Session, trip_id: str, *, note: str, by: str) -> E
     trip.acknowledged_note = note.strip()
     # What tripped the bar before the ack no longer counts: only outcomes after it fill the window.
     trip.window_floor_id = session.execute(sa.select(sa.func.max(FetchOutcome.id))).scalar_one_or_none() or 0
+    if trip.bar in FAILURE_BARS:
+        trip.detail = {**(trip.detail or {}), "given_back": give_back(session).as_detail()}
     session.flush()
     return trip

@@ -8,6 +8,7 @@ from __future__ import annotations
 import hashlib
 import logging
 import time
+import traceback
 from dataclasses import dataclass, field
 from typing import Any, Iterable
 
@@ -36,6 +37,7 @@ class ExtractionResult:
     error_class: str | None = None
     timings_ms: dict[str, float] = field(default_factory=dict)
     ocr_passes: int = 0  # reads of the upload this pass made: 1 (the two ends) or 2 (closer too)
+    extractor_errors: dict[str, str] = field(default_factory=dict)  # key -> traceback of an extractor that raised
 
     def record(self, key: str, fields: dict[str, Any], skip: str | None) -> None:
         for name in FIELDS_BY_KEY[key]:
@@ -97,7 +99,8 @@ def compute_evidence(content_hash: str, data: bytes, *, latency_ms: float | None
     ``ocr_pass`` "cheap" reads far less (``settings.ocr_pass``).
 
     An undecodable image gives a terminal record. An extractor that raises records the skip
-    ``extractor-error`` at its version rather than leaving the card to loop.
+    ``extractor-error`` at its version rather than leaving the card to loop, and its traceback in
+    ``extractor_errors`` for the caller to count and log.
     """
     wanted = list(MANIFEST_VERSIONS) if keys is None else [k for k in MANIFEST_VERSIONS if k in set(keys)]
     started = time.perf_counter()
@@ -127,6 +130,7 @@ def compute_evidence(content_hash: str, data: bytes, *, latency_ms: float | None
             raise
         except Exception:  # an extractor bug must not stall the card in the backlog
             log.exception("extractor %s failed on content %s", key, content_hash)
+            result.extractor_errors[key] = traceback.format_exc()  # the caller puts it in the run's log
             fields, skip = {}, "extractor-error"
         result.timings_ms[key] = (time.perf_counter() - t0) * 1000
         result.record(key, fields, skip)

@@ -43,8 +43,10 @@ PAGE_SIZE = 200
 FETCH_AHEAD = 2
 
 # Told of every card that did not simply complete: (card id, outcome, what happened in a phrase). The
-# outcome is the fetch's (``failed``, ``rejected``, ``throttled``, ``config-refused``, ``lockout``).
+# outcome is the fetch's (``failed``, ``rejected``, ``throttled``, ``config-refused``, ``lockout``), or
+# ``extractor-error`` for a card read whose extractor raised (the phrase ends with the traceback).
 CardNote = Callable[[int, str, str], None]
+EXTRACTOR_ERROR = "extractor-error"
 
 
 def _ignore(card_id: int, outcome: str, detail: str) -> None:
@@ -66,7 +68,8 @@ class StageCReport:
     ``rejected`` uploads and ``config_refused`` locators are not failures; ``terminal`` counts every
     terminal record written (rejected uploads and permanent host failures); ``not_yet_eligible``
     cards were skipped unfetched because their backoff has not passed; ``claimed_elsewhere`` cards
-    were skipped because a live lease (a dispatch batch in flight) holds them."""
+    were skipped because a live lease (a dispatch batch in flight) holds them; ``extractor_errors``
+    cards were read and are done, but an extractor raised on them (recorded as ``extractor-error``)."""
 
     attempted: int = 0
     completed: int = 0
@@ -78,6 +81,7 @@ class StageCReport:
     config_refused: int = 0
     not_yet_eligible: int = 0
     claimed_elsewhere: int = 0
+    extractor_errors: int = 0  # cards read (and done) with at least one extractor that raised
     stopped: bool = False  # ``should_stop`` said stop before every card was reached
     lockout: LockoutInfo | None = None
     deferred_card_ids: list[int] = field(default_factory=list)
@@ -295,16 +299,29 @@ def _process_card(engine: sa.Engine, view: _CardView, report: StageCReport, *, w
                               printed=printed, ocr_pass=ocr_pass)
     # The host delivered; bytes that do not decode are the upload's own problem, not a host failure.
     outcome = REJECTED if result.terminal else "ok"
+    raised = _extractor_error_summary(result)
     with session_scope(engine) as session:
         record_fetch_outcome(session, outcome, status_code=fetched.status_code, host=fetched.host, card_id=view.id,
-                             run_id=run_id)
+                             run_id=run_id, extractor_error=raised)
         persist_evidence(session, view.id, result, writer=writer, run_id=run_id, seen_hash=view.content_hash,
                          seen_locator=view.locator)
     report.completed += 1
+    if raised is not None:
+        report.extractor_errors += 1
+        tracebacks = "\n".join(result.extractor_errors.values())
+        note(view.id, EXTRACTOR_ERROR, f"{raised}; done without it (extractor-error recorded)\n{tracebacks}")
     if result.terminal:
         report.rejected += 1
         report.terminal += 1
         note(view.id, REJECTED, f"{result.error_class}: the image did not decode, terminal record written")
+
+
+def _extractor_error_summary(result: ExtractionResult) -> str | None:
+    """``"<keys>: <Class>: <message>"`` of the extractors that raised (the first one's error), or None."""
+    if not result.extractor_errors:
+        return None
+    lines = [line for line in next(iter(result.extractor_errors.values())).strip().splitlines() if line.strip()]
+    return f"{', '.join(result.extractor_errors)}: {lines[-1].strip() if lines else 'raised'}"[:300]
 
 
 def _defer_throttled(engine: sa.Engine, view: _CardView, fetched: FetchResult, report: StageCReport, *,

@@ -275,3 +275,11 @@ def test_the_adapter_reads_a_runs_events_and_materializations_as_plain_fields(pi
     assert internals.existing_partitions(pipeline.instance, micro_batches.name, [key, "nosuch"]) == {key}
     assert internals.daemon_heartbeats(pipeline.instance) == []
     assert internals.instance_from_ref(pipeline.instance.get_ref()).get_run_by_id(failed.run_id) is not None
+
+
+def test_every_backfill_status_is_finished_or_unfinished() -> None:
+    from stage_e_dagster.defs.abandoned import BACKFILL_FINISHED
+
+    unfinished = {status.value for status in internals.UNFINISHED_BACKFILL_STATUSES}
+    every = {status.value for status in internals.BulkActionStatus}
+    assert BACKFILL_FINISHED | unfinished == every and not BACKFILL_FINISHED & unfinished

@@ -243,3 +243,43 @@ def test_a_partition_an_unfinished_backfill_targets_is_never_deleted(
     assert deletes_requested(first) == ["plain_abandoned"], skip_text(first)
     pipeline.tick(SENSOR)
     assert {abandoned_key, expired_key} <= partition_keys(pipeline) & batch_keys(pipeline)
+
+
+@pytest.mark.usefixtures("streaming_on")
+def test_a_backfill_launched_from_the_ui_is_spared_and_a_live_sweep_does_not_stop_abandoned_deletion(
+    pipeline: Pipeline, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Retention spares every partition an unfinished backfill over ``micro_batches`` targets, whoever
+    launched it (the UI's backfill records nothing on the batch rows), and a sweep's abandoned batch that
+    must wait holds back only itself: the abandoned batches after it still lose their partitions, and it
+    goes once its backfill has finished."""
+    from stage_e_dagster.defs import dagster_internals as internals
+    from stage_e_dagster.defs.sweep import SWEEP_ASSETS, launch_sweep
+
+    # A backfill a person launched in the UI over two old batches: one abandoned, one expired.
+    add_batches(pipeline, ui_abandoned=("abandoned", 2), ui_expired=("failed", 30))
+    ui_backfill = internals.submit_asset_backfill(
+        pipeline.instance, defs.resolve_asset_graph(), backfill_id=internals.new_backfill_id(),
+        partition_keys=["ui_abandoned", "ui_expired"], asset_keys=SWEEP_ASSETS, tags={}, title="from the UI",
+        description="launched from the asset page")
+    # A live sweep whose first batch was abandoned before some plain abandoned batches.
+    monkeypatch.setenv("STAGE_E_MICRO_BATCH_SIZE", "3")
+    launch = launch_sweep(pipeline.instance, defs.resolve_asset_graph(), load_settings(), max_batches=2)
+    assert launch.backfill_id is not None
+    swept = launch.batch_keys[0]
+    with session_scope(pipeline.engine) as session:
+        batch = session.get(MicroBatch, swept)
+        batch.status, batch.finished_at = "abandoned", utcnow() - timedelta(hours=3)
+    add_batches(pipeline, later_abandoned=("abandoned", 0.05), latest_abandoned=("abandoned", 0.01))
+
+    first = pipeline.tick(SENSOR)
+    assert sorted(deletes_requested(first)) == ["later_abandoned", "latest_abandoned"], skip_text(first)
+    pipeline.tick(SENSOR)
+    assert {"ui_abandoned", "ui_expired", swept} <= partition_keys(pipeline) & batch_keys(pipeline)
+
+    # Both backfills end: what they spared goes.
+    for backfill_id in (ui_backfill, launch.backfill_id):
+        backfill = pipeline.instance.get_backfill(backfill_id)
+        pipeline.instance.update_backfill(backfill.with_status(internals.BulkActionStatus.COMPLETED_FAILED))
+    third = pipeline.tick(SENSOR)
+    assert sorted(deletes_requested(third)) == sorted(["ui_abandoned", "ui_expired", swept]), skip_text(third)

@@ -13,6 +13,9 @@ from ..base import Base, created_at
 
 # ``stopped``: the run finished, but a trip stopped its Stage C before every card (see ``cards_done``).
 BATCH_STATUSES = ("pending", "running", "succeeded", "stopped", "failed", "abandoned")
+# The claims' batch key of cards parked after their last attempt: out of every batch until the claim
+# expires, or an acknowledgement of a failure trip gives them back (``catalog.give_back``).
+PARKED_KEY = "parked"
 
 
 class MicroBatch(Base):

@@ -10,7 +10,9 @@ from sqlalchemy.orm import Mapped, mapped_column
 
 from ..base import Base, created_at, intpk
 
-TRIP_BARS = ("fetch_lockout", "host_load", "rss", "fetch_failure_rate", "manual")
+TRIP_BARS = (
+    "fetch_lockout", "host_load", "rss", "fetch_failure_rate", "failed_batches", "extractor_errors", "manual"
+)
 # ``rejected``: the upload's own problem (corrupt, truncated, empty, oversized, missing); not a failure.
 FETCH_OUTCOMES = ("ok", "throttled", "failed", "rejected", "lockout")
 
@@ -64,6 +66,9 @@ class FetchOutcome(Base):
     host: Mapped[str | None] = mapped_column(sa.String(255))
     card_id: Mapped[int | None] = mapped_column(sa.BigInteger)
     run_id: Mapped[str | None] = mapped_column(sa.String(64))
+    extractor_error: Mapped[str | None] = mapped_column(
+        sa.String(300), comment="the card was read, but an extractor raised: which one, and its error"
+    )
     recorded_at: Mapped[created_at]
 
 
