@@ -40,7 +40,7 @@ for _name in ("COLUMNS", "LINES"):
 LONGEST = (
     "tests/orchestration/test_throttle_storm.py::",
     "tests/orchestration/test_daemon.py::test_a_sweep_outlives_a_trip",
-    # 204 s alone beside other test runs (2026-12-06): a code-server outage past the daemon's 60 s refresh.
+    # 204 s beside other test runs (2026-12-06): a sweep through a code-server outage of 75 s or more.
     "tests/orchestration/test_code_server_restart.py::",
     "tests/orchestration/test_fault_drills.py::test_two_daemons_on_one_postgres_instance",
     "tests/orchestration/test_screenshots.py::",

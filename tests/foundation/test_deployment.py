@@ -160,8 +160,9 @@ def test_values_dequeue_as_the_instance_yaml_does_and_dagster_accepts_what_the_c
             rendered["max_user_code_failure_retries"], rendered["user_code_failure_retry_delay"])
 
 
-# A code server SIGKILLed and restarted is unreachable for about a minute, and the daemon sees its location
-# as failed until its next workspace refresh (every 60 s) after that: a run's launch must be tried for longer.
+# A code server the daemon starts itself is replaced at the daemon's next workspace refresh (every 60 s)
+# after it died, then needs its start-up; a rollout of a separate one can take longer: a run's launch is
+# tried for three minutes at least.
 CODE_SERVER_OUTAGE_S = 60 + 60 + 60
 
 

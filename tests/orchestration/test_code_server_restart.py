@@ -4,9 +4,9 @@ that failed, as ``dg dev`` shows one) and then whole. The daemon on the shipped 
 environment every daemon of the project gets (``dagster_internals.daemon_environment``), must keep the
 backfill REQUESTED through the outage and end it COMPLETED_SUCCESS with no run cancelled or failed.
 
-Slow by nature: the daemon learns that a location is down only at its workspace refresh, every 60 s
-(Dagster's ``RELOAD_WORKSPACE_INTERVAL``), so the outage lasts until a backfill pass has met it.
-``scripts/code_server_drill.py`` is the same drill at 100 cards and more.
+Slow by nature: the outage lasts longer than the run queue's earlier retries (6, 10 s apart) and until a
+backfill pass (about every 30 s) has met the location failing to load. ``scripts/code_server_drill.py``
+is the same drill at 100 cards and more.
 """
 
 from __future__ import annotations
