@@ -104,7 +104,7 @@ def test_a_broken_model_opens_one_trip_naming_it_and_after_the_fix_and_the_ack_e
         print(f"\n{fault}: trip {trip.trip_id} bar {trip.bar} cause {trip.detail.get('cause')!r}; "
               f"{_tried_before(log, trip.tripped_at)} card(s) tried before it, {len(failed)} failed batch(es), "
               f"{_parked(stack)} card(s) parked; trip by run {trip.run_id} at {trip.tripped_at}; failed: "
-              f"{[(key[-12:], attempt, str(at)) for key, attempt, _, at in _failed_batches(stack)]}")
+              f"{[(key[-12:], attempt, str(at), (why or '')[:100]) for key, attempt, why, at in _failed_batches(stack)]}")
         assert trip.bar == "failed_batches"
         assert CAUSES[fault] in trip.detail["cause"]
         assert trip.detail["observed"] == 3.0 and trip.detail["ceiling"] == 2.0
