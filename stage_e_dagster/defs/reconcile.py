@@ -19,7 +19,8 @@ from ..catalog.models import MicroBatch
 from ..dispatch.batches import lease_renewal_due, renew_lease, request_again
 from ..dispatch.lifecycle import EXPIRE, RENEW, REQUEST, REQUEST_GRACE, expire_lease, next_step
 from ..settings import Settings
-from .dagster_internals import backfill_is_requested, runs
+from .dagster_internals import backfill_is_requested
+from .dagster_internals import runs as dagster_runs
 from .hold import ACTIVE_STATUSES
 from .run_ends import ENDED, settle_run_end
 from .tags import PARTITION_TAG
@@ -65,7 +66,7 @@ def _due_batches(engine: sa.Engine, settings: Settings, now: datetime) -> list[M
 def _runs_by_batch(instance: DagsterInstance, keys: list[str]) -> dict[str, list[DagsterRun]]:
     runs: dict[str, list[DagsterRun]] = {key: [] for key in keys}
     if keys:
-        for run in runs(instance, RunsFilter(tags={PARTITION_TAG: keys})):
+        for run in dagster_runs(instance, RunsFilter(tags={PARTITION_TAG: keys})):
             runs.setdefault(run.tags.get(PARTITION_TAG, ""), []).append(run)
     return runs
 
