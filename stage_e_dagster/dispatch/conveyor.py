@@ -186,7 +186,7 @@ def run_batch_stage_c(engine: sa.Engine, batch: BatchInfo, *, run_id: str, fetch
         progress=said.advance,
         on_card=on_card,
         ocr_pass=ocr_pass,
-        gone=splitter.gone if splitter is not None else None,
+        tail=splitter,
     )
     if splitter is not None and splitter.splits:
         for key, cards in splitter.splits:

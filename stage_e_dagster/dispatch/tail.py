@@ -6,7 +6,9 @@ slot that finished first idles while the other runs on alone. The bulk tool's po
 at a time and has no such tail. So a run looks, every ``CHECK_EVERY_S`` at a card boundary, for a
 slot that is free with nothing waiting for it; then it moves the last cards it has not started to a
 new pending batch (``batches.split_tail``), as many as make both runs end together
-(``sizing.tail_to_split``). The ``card_created_sensor`` tick watching the free slot requests that
+(``sizing.tail_to_split``). Only cards after every card Stage C has taken (the current one and those
+its fetch-ahead took, whose fetches may have started) can move, and Stage C's fetch-ahead takes no
+card that moved, so no card is fetched by both runs. The ``card_created_sensor`` tick watching the free slot requests that
 batch (``dispatch.arrivals``), or else the next tick does.
 """
 
@@ -33,9 +35,6 @@ from .steering import standing_concurrency
 # How often a run looks for an idle slot: one read without the write lock, against a card's 0.2-2 s.
 # At 10 s a freed slot idled 5 s on average before a split noticed it.
 CHECK_EVERY_S = 2.0
-# Cards kept beyond those fetching ahead: the fetch-ahead counts cards Stage C takes, and a card it
-# skips (still backing off) is not among them, so a few more stay rather than fetch any card twice.
-KEEP_EXTRA = 4
 # Cards a run must have done before its own rate sizes a split.
 MIN_CARDS_MEASURED = 5
 
@@ -71,12 +70,16 @@ def slot_idle(session: Session, settings: Settings, *, pool: str) -> bool:
 class TailSplitter:
     """Asked before each card of a batch's Stage C whether the card went to another batch.
 
-    ``card_ids`` is the batch in the order Stage C takes it; ``ahead`` is how many cards past the
-    current one may already be fetching (they stay). A split moves cards from the end, so once one
-    card has gone, every card after it has too: Stage C stops there."""
+    ``card_ids`` is the batch in the order Stage C takes it. Stage C says, with each card, which cards
+    it has taken (the current one and those its fetch-ahead took: they stay, whatever their place, since
+    a card skipped while backing off is not taken and the fetch-ahead reaches past it), and ``ahead``
+    more places after the current card, the fetch-ahead's depth, so the run keeps the cards it is about
+    to take as well. A split moves
+    cards from the end, so once one card has gone, every card after it has too: Stage C stops there,
+    and its fetch-ahead takes none of them (``moved``)."""
 
     def __init__(self, engine: sa.Engine, settings: Settings, *, batch_key: str, card_ids: Sequence[int],
-                 trigger_reason: str, run_id: str, pool: str, ahead: int,
+                 trigger_reason: str, run_id: str, pool: str, ahead: int = 0,
                  clock: Callable[[], float] = time.monotonic) -> None:
         self._engine, self._settings, self._pool = engine, settings, pool
         self._batch_key, self._run_id, self._ahead = batch_key, run_id, ahead
@@ -94,8 +97,9 @@ class TailSplitter:
         """Whether a split moved this card to another batch."""
         return card_id in self._gone
 
-    def gone(self, card_id: int) -> bool:
-        """Whether the card went to another batch; first splits the tail off if a slot idles (see the class)."""
+    def gone(self, card_id: int, taken: Sequence[int] = ()) -> bool:
+        """Whether the card went to another batch; first splits the tail off if a slot idles (see the class).
+        ``taken``: the cards Stage C has taken so far and not finished (this one and those fetching ahead)."""
         if card_id in self._gone:
             return True
         now = self._clock()
@@ -108,7 +112,7 @@ class TailSplitter:
         done = self._position[card_id]
         if done < MIN_CARDS_MEASURED:
             return False
-        first_movable = done + self._ahead + KEEP_EXTRA + 1
+        first_movable = max([done + self._ahead, *(self._position[c] for c in taken if c in self._position)]) + 1
         unstarted = [c for c in self._card_ids[first_movable:] if c not in self._gone]
         # The cards that stay (this one and those fetching ahead) count in what the two runs share.
         staying = len([c for c in self._card_ids[done:first_movable] if c not in self._gone])

@@ -17,6 +17,7 @@ from __future__ import annotations
 import threading
 from collections import deque
 from concurrent.futures import Future, ThreadPoolExecutor
+from itertools import takewhile
 from typing import Callable, Generic, Iterable, Protocol, TypeVar
 
 from .fetch import FetchLockout, FetchResult
@@ -41,10 +42,12 @@ class FetchAhead(Generic[V]):
     """Iterates the cards and fetches for them: ``fetch(locator)`` answers the current card from its
     fetch-ahead when there is one, and fetches now otherwise. ``depth`` 0 fetches inline, no thread.
 
-    ``wanted`` says which cards are worth fetching ahead (a card Stage C will likely skip is not)."""
+    ``wanted`` says which cards are worth fetching ahead (a card Stage C will likely skip is not). A card
+    ``stop`` says yes to ends the cards: neither it nor any after it is taken (a tail another batch took)."""
 
-    def __init__(self, cards: Iterable[V], fetcher: Fetches, *, depth: int, wanted: Callable[[V], bool]):
-        self._cards = iter(cards)
+    def __init__(self, cards: Iterable[V], fetcher: Fetches, *, depth: int, wanted: Callable[[V], bool],
+                 stop: Callable[[V], bool] | None = None):
+        self._cards = iter(cards) if stop is None else takewhile(lambda card: not stop(card), cards)
         self._fetcher = fetcher
         self._depth = depth
         self._wanted = wanted
@@ -92,6 +95,10 @@ class FetchAhead(Generic[V]):
         if self._pool is None:
             return self._fetcher.fetch(locator)
         return self._pool.submit(self._fetcher.fetch, locator).result()
+
+    def taken(self) -> list[V]:
+        """The current card and the cards taken ahead of it: a fetch may have started for any of them."""
+        return ([self._current[0]] if self._current is not None else []) + [view for view, _ in self._ahead]
 
     def unused_lockout(self) -> FetchLockout | None:
         """After the current card: if its fetch-ahead went unused (the card needed no fetch), cancel it

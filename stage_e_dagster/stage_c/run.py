@@ -15,7 +15,7 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
-from typing import Callable, Iterator, Sequence
+from typing import Callable, Iterator, Protocol, Sequence
 
 import sqlalchemy as sa
 from sqlalchemy.orm import Session
@@ -46,6 +46,17 @@ FETCH_AHEAD = 2
 # outcome is the fetch's (``failed``, ``rejected``, ``throttled``, ``config-refused``, ``lockout``), or
 # ``extractor-error`` for a card read whose extractor raised (the phrase ends with the traceback).
 CardNote = Callable[[int, str, str], None]
+
+
+class TailHandOff(Protocol):
+    """A running batch handing the tail of its cards to another batch (``dispatch/tail.py``)."""
+
+    def gone(self, card_id: int, taken: Sequence[int]) -> bool:
+        """Asked before each card with the cards taken so far (it and those fetching ahead, which stay);
+        may hand cards after them to another batch; says whether this card went."""
+
+    def moved(self, card_id: int) -> bool:
+        """Whether the card went to another batch: the fetch-ahead takes no such card."""
 EXTRACTOR_ERROR = "extractor-error"
 
 
@@ -172,7 +183,7 @@ def run_stage_c(engine: sa.Engine, card_ids: Sequence[int] | None, *, writer: st
                 progress: Callable[[int], None] | None = None, should_stop: Callable[[], bool] | None = None,
                 retry_budget: int = DEFAULT_RETRY_BUDGET, fetch_ahead: int = FETCH_AHEAD,
                 on_card: CardNote | None = None, skip_leased: bool = False, ocr_pass: str = "full",
-                gone: Callable[[int], bool] | None = None) -> StageCReport:
+                tail: TailHandOff | None = None) -> StageCReport:
     """Bring the evidence of ``card_ids`` (None: the whole Stage C backlog, by id) up to date.
 
     Ordinary per-card failures are counted and recorded, never raised. A 403 from an image host
@@ -182,8 +193,9 @@ def run_stage_c(engine: sa.Engine, card_ids: Sequence[int] | None, *, writer: st
     stop. Up to ``fetch_ahead`` cards are fetched ahead in a thread while a card computes.
     ``on_card`` is told of each card that failed, was deferred or was left terminal. ``skip_leased``
     (BULK mode beside streaming) leaves alone every card a live lease holds. ``ocr_pass`` is how the
-    text is read (``settings.ocr_pass``). ``gone``, asked before every card after ``should_stop``, says
-    the card and every one after it went to another batch (``dispatch/tail.py``): Stage C ends there.
+    text is read (``settings.ocr_pass``). ``tail``, asked before every card after ``should_stop``, may hand
+    the cards after those taken to another batch (``dispatch/tail.py``): Stage C ends where they start,
+    and never fetches one of them ahead.
     """
     if lexicon is None:
         lexicon = known_set_codes(engine)
@@ -191,7 +203,8 @@ def run_stage_c(engine: sa.Engine, card_ids: Sequence[int] | None, *, writer: st
     note = on_card or _ignore
     report = StageCReport()
     cards = FetchAhead(_iter_cards(engine, card_ids, report, skip_leased=skip_leased), fetcher, depth=fetch_ahead,
-                       wanted=lambda view: view.stage_c_pending)
+                       wanted=lambda view: view.stage_c_pending,
+                       stop=None if tail is None else lambda view: tail.moved(view.id))
     stopped = False
     try:
         for view in cards:
@@ -201,7 +214,7 @@ def run_stage_c(engine: sa.Engine, card_ids: Sequence[int] | None, *, writer: st
                 report.deferred_card_ids.append(view.id)
                 stopped = report.stopped = True
                 break
-            if gone is not None and gone(view.id):
+            if tail is not None and tail.gone(view.id, [taken.id for taken in cards.taken()]):
                 break
             report.attempted += 1
             cards.start(None if limit is None else limit - report.attempted)

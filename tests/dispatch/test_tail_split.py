@@ -15,7 +15,7 @@ from stage_e_dagster.catalog.models import CardClaim, MicroBatch, PoolControl
 from stage_e_dagster.dispatch.backlog_walk import SWEEP_TRIGGER
 from stage_e_dagster.dispatch.batches import record_batch, request_again, split_tail, take_batch
 from stage_e_dagster.dispatch.sizing import SPLIT_START_S, tail_to_split
-from stage_e_dagster.dispatch.tail import CHECK_EVERY_S, KEEP_EXTRA, MIN_CARDS_MEASURED, TailSplitter
+from stage_e_dagster.dispatch.tail import CHECK_EVERY_S, MIN_CARDS_MEASURED, TailSplitter
 from stage_e_dagster.envelope.trips import open_trip
 from stage_e_dagster.settings import Settings
 from tests.factories import insert_cards
@@ -114,8 +114,8 @@ def walk(engine: sa.Engine, key: str, ids: list[int], *, trigger: str = "card-cr
     splitter = TailSplitter(engine, settings or Settings(max_concurrent_dispatches=2), batch_key=key, card_ids=ids,
                             trigger_reason=trigger, run_id="run-1", pool=POOL, ahead=AHEAD, clock=Clock())
     taken = []
-    for card_id in ids:
-        if splitter.gone(card_id):
+    for i, card_id in enumerate(ids):
+        if splitter.gone(card_id, ids[i:i + AHEAD + 1]):  # this card and those fetching ahead
             break
         taken.append(card_id)
     return taken, splitter
@@ -130,7 +130,7 @@ def test_a_run_beside_an_idle_slot_splits_its_tail_and_stops_before_it(engine: s
     # after MIN_CARDS_MEASURED cards are done. The cards fetching ahead stay.
     at = next(k for k in itertools.count(int(CHECK_EVERY_S), int(CHECK_EVERY_S)) if k >= MIN_CARDS_MEASURED)
     left = len(ids) - at  # this card, those fetching ahead and the ones kept beside them stay
-    assert cards == tail_to_split(left, 1.0) and cards <= left - (AHEAD + KEEP_EXTRA + 1)
+    assert cards == tail_to_split(left, 1.0) and cards <= left - (AHEAD + 1)
     with session_scope(engine) as session:
         split = session.get(MicroBatch, new_key)
         assert split.card_ids == ids[len(ids) - cards:]
@@ -187,3 +187,48 @@ def test_a_sweep_s_batch_is_never_split(engine: sa.Engine) -> None:
     key, ids = running_batch(engine, 100, trigger=SWEEP_TRIGGER)
     taken, splitter = walk(engine, key, ids, trigger=SWEEP_TRIGGER)
     assert (taken, splitter.splits) == (ids, [])
+
+
+class RecordingFetcher:
+    """Answers every fetch 429 at once (the card is deferred, nothing decoded) and records what it fetched."""
+
+    settings_fingerprint = "test"
+
+    def __init__(self) -> None:
+        self.fetched: list[str] = []
+
+    def fetch(self, locator: str):  # type: ignore[no-untyped-def]
+        from stage_e_dagster.stage_c.fetch import FetchResult
+
+        self.fetched.append(locator)
+        return FetchResult(outcome="throttled", locator=locator, status_code=429, host="images.example.org")
+
+
+def test_a_split_never_takes_a_card_the_run_is_already_fetching_ahead(
+    engine: sa.Engine, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Cards backing off are skipped unfetched, so the fetch-ahead reaches far past the current card's
+    position in the batch: a split sized by positions took cards this run was already fetching, and
+    the run that took them fetched them again."""
+    from stage_e_dagster.catalog.models import Card
+    from stage_e_dagster.dispatch import sizing, tail
+    from stage_e_dagster.dispatch.conveyor import BatchInfo, run_batch_stage_c
+
+    monkeypatch.setattr(tail, "CHECK_EVERY_S", 0.0)
+    monkeypatch.setattr(tail, "MIN_CARDS_MEASURED", 1)
+    monkeypatch.setattr(sizing, "SPLIT_START_S", 0.0)
+    key, ids = running_batch(engine, 34)
+    backing_off = ids[6:30]  # skipped unfetched: the fetch-ahead goes from ids[5] straight to ids[30]
+    with engine.begin() as conn:
+        conn.execute(sa.update(Card).where(Card.id.in_(backing_off)).values(next_eligible_at=utcnow() + timedelta(hours=1)))
+        locators = dict(conn.execute(sa.select(Card.id, Card.image_locator).where(Card.id.in_(ids))).all())
+    fetcher = RecordingFetcher()
+    run_batch_stage_c(engine, BatchInfo(key, ids, "card-created", 1), run_id="run-1", fetcher=fetcher,  # type: ignore[arg-type]
+                      ocr_pass="cheap", split_for=(Settings(max_concurrent_dispatches=2), POOL))
+    moved = [card_id for batch_key, cards in claims_by_batch(engine).items() if batch_key != key for card_id in cards]
+    assert moved, "no split: the test no longer exercises a split"
+    fetched_and_moved = sorted(card_id for card_id in moved if locators[card_id] in fetcher.fetched)
+    assert fetched_and_moved == [], f"moved to another batch after this run fetched them: {fetched_and_moved}"
+    # every card that stayed and was not backing off was fetched, once
+    stayed = [card_id for card_id in ids if card_id not in moved and card_id not in backing_off]
+    assert sorted(fetcher.fetched) == sorted(locators[card_id] for card_id in stayed)

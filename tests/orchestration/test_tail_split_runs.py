@@ -26,7 +26,6 @@ def test_a_split_tail_runs_as_its_own_batch_and_every_card_is_done_once(
     monkeypatch.setenv("STAGE_E_STREAMING_ENABLED", "true")
     monkeypatch.setattr(tail, "CHECK_EVERY_S", 0.0)
     monkeypatch.setattr(tail, "MIN_CARDS_MEASURED", 1)
-    monkeypatch.setattr(tail, "KEEP_EXTRA", 0)
     monkeypatch.setattr(sizing, "SPLIT_START_S", 0.0)
     with pipeline.engine.connect() as conn:
         ids = list(conn.execute(sa.select(Card.id).order_by(Card.id)).scalars())
