@@ -149,6 +149,7 @@ def insert_runs(instance: DagsterInstance, runs: list[tuple[DagsterRun, float]])
         rows = [_run_values(run, ended_at, backfill_column) for run, ended_at in chunk]
         tags = [{"run_id": run.run_id, "key": k, "value": v} for run, _ in chunk for k, v in run.tags.items()]
         dagster_internals.insert_run_rows(instance, rows, tags)
+    dagster_internals.analyze_run_tables(instance)
 
 
 def history_runs(count: int, now: float) -> list[tuple[DagsterRun, float]]:
