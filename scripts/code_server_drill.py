@@ -13,6 +13,9 @@ catalogue while the code server suffers, in turn, each fault of ``--faults``:
     module that does not exist; what a reload with broken code shows), kept until a backfill pass has
     met it (the daemon refreshes its workspace every 60 s), then the real server again.
 
+  * ``own-kill`` (its own topology: ``dagster-daemon run`` on the project's ``workspace.yaml``, which
+    starts its own code server): that code server SIGKILLed; the daemon replaces it at its next
+    workspace refresh (every 60 s), as the issue saw.
   * ``dg-dev-reload`` (its own topology: ``dg dev`` on a workspace whose ``python_file`` location
     imports the definitions): the location's file is broken and the location reloaded as the UI's
     Reload button does (GraphQL ``reloadRepositoryLocation``), kept broken until a backfill pass has
@@ -27,6 +30,7 @@ backfill ended COMPLETED_SUCCESS with every card's evidence written once and no 
 
     .venv/bin/python scripts/code_server_drill.py                       # 100 cards, kill then failed-load
     .venv/bin/python scripts/code_server_drill.py --cards 200 --faults kill --down-s 90
+    .venv/bin/python scripts/code_server_drill.py --faults own-kill        # the daemon's own code server
     .venv/bin/python scripts/code_server_drill.py --faults dg-dev-reload   # through dg dev instead
 """
 
@@ -45,6 +49,7 @@ import urllib.request
 from pathlib import Path
 from typing import Callable
 
+import psutil
 import sqlalchemy as sa
 from dagster import DagsterEventType, DagsterInstance, DagsterRunStatus, RunsFilter
 
@@ -62,7 +67,7 @@ from stage_e_dagster.defs.dagster_internals import (
     runs,
     runs_count,
 )
-from stage_e_dagster.defs.instance import EMBEDDED_INSTANCE_YAML, PROJECT_ROOT, create_instance_storage
+from stage_e_dagster.defs.instance import EMBEDDED_INSTANCE_YAML, PROJECT_ROOT, WORKSPACE_YAML, create_instance_storage
 from stage_e_dagster.defs.run_ends import runs_in_progress
 from stage_e_dagster.process_groups import kill_what_is_left, reset_signals, stop_group
 
@@ -78,9 +83,10 @@ RELOAD = """mutation Reload($name: String!) { reloadRepositoryLocation(repositor
 
 
 class Drill:
-    def __init__(self, folder: Path, cards: int, batch: int, cap: int, *, dg_dev: bool = False) -> None:
+    def __init__(self, folder: Path, cards: int, batch: int, cap: int, *, topology: str = "grpc") -> None:
         self.folder = folder
-        self.dg_dev = dg_dev
+        self.topology = topology  # grpc (a code server of its own), own (the daemon's), dg-dev
+        dg_dev = topology == "dg-dev"
         self.url = f"sqlite:///{folder / 'catalog.sqlite'}"
         self.engine = make_engine(self.url)
         upgrade(self.engine)
@@ -107,6 +113,8 @@ class Drill:
             (folder / "location.py").write_text(LOCATION_FILE)
             self.workspace.write_text("load_from:\n  - python_file:\n      relative_path: location.py\n"
                                       f"      location_name: {LOCATION}\n      working_directory: {folder}\n")
+        elif topology == "own":  # the project's python_module workspace: the daemon starts the code server
+            self.workspace = WORKSPACE_YAML
         else:
             self.workspace.write_text(grpc_workspace(self.port))
         self.daemon_log, self.server_log = folder / "daemon.log", folder / "code-server.log"
@@ -124,6 +132,18 @@ class Drill:
                 env=self.env, cwd=PROJECT_ROOT, stdout=log, stderr=subprocess.STDOUT, preexec_fn=reset_signals)
         self.groups.append(self.server.pid)
         self.wait(lambda: code_server_answers(self.port), 180, "the code server to answer")
+
+    def own_code_servers(self) -> list[psutil.Process]:
+        """The code servers the daemon started itself and still running (``dagster api grpc`` children)."""
+        assert self.daemon is not None
+        found = []
+        for child in psutil.Process(self.daemon.pid).children(recursive=True):
+            try:
+                if "api grpc" in " ".join(child.cmdline()) and child.status() != psutil.STATUS_ZOMBIE:
+                    found.append(child)
+            except psutil.Error:
+                continue
+        return found
 
     def ui_answers(self) -> bool:
         try:
@@ -149,7 +169,7 @@ class Drill:
 
     def start_daemon(self) -> None:
         """``dagster-daemon run`` on the grpc workspace; or ``dg dev`` (webserver, daemon and code server)."""
-        if self.dg_dev:
+        if self.topology == "dg-dev":
             command = dagster_command(DG_CLI_MODULE, "dev", "-w", str(self.workspace), "-h", HOST,
                                       "-p", str(self.port))
             with open(self.daemon_log, "ab") as log:
@@ -209,6 +229,13 @@ class Drill:
         self.a_run_done_with_more_queued()
         requeued, skipped = self.requeued(), self.daemon_log.read_text().count(PASS_SKIPPED)
         started = time.monotonic()
+        if name == "own-kill":
+            [server] = self.own_code_servers()
+            server.kill()
+            self.wait(lambda: bool(self.own_code_servers()), 300, "the daemon to start a code server again",
+                      keep_requested=True)
+            self.report(name, started, requeued, skipped)
+            return
         if name == "dg-dev-reload":
             (self.folder / "location.py").write_text(BROKEN_LOCATION_FILE)
             if not self.reload():
@@ -266,7 +293,7 @@ class Drill:
 
     def stop(self) -> None:
         if self.daemon is not None:
-            (stop_process_group if self.dg_dev else stop_group)(self.daemon)
+            (stop_process_group if self.topology == "dg-dev" else stop_group)(self.daemon)
         if self.server is not None and self.server.poll() is None:
             stop_group(self.server)
         for pgid in self.groups:
@@ -281,21 +308,22 @@ def main() -> int:
     parser.add_argument("--batch", type=int, default=5, help="STAGE_E_MICRO_BATCH_SIZE: cards per sweep partition")
     parser.add_argument("--cap", type=int, default=2, help="STAGE_E_MAX_CONCURRENT_DISPATCHES")
     parser.add_argument("--faults", default="kill,failed-load",
-                        help="comma-separated: kill, failed-load; or dg-dev-reload alone")
+                        help="comma-separated: kill, failed-load; or own-kill or dg-dev-reload alone")
     parser.add_argument("--down-s", type=float, default=75.0, help="how long a killed code server stays down")
     parser.add_argument("--keep", type=Path, help="keep the state folder here (logs, catalogue, instance)")
     args = parser.parse_args()
     faults = [f for f in args.faults.split(",") if f]
-    dg_dev = "dg-dev-reload" in faults
-    if not set(faults) <= {"kill", "failed-load", "dg-dev-reload"} or (dg_dev and len(set(faults)) > 1):
-        parser.error("--faults takes kill and failed-load, or dg-dev-reload alone (its own topology)")
+    topology = "dg-dev" if "dg-dev-reload" in faults else "own" if "own-kill" in faults else "grpc"
+    if not set(faults) <= {"kill", "failed-load", "own-kill", "dg-dev-reload"} or (
+            topology != "grpc" and len(set(faults)) > 1):
+        parser.error("--faults takes kill and failed-load, or own-kill or dg-dev-reload alone (each its own topology)")
     folder = Path(tempfile.mkdtemp(prefix="stage-e-drill-")) if args.keep is None else args.keep
     folder.mkdir(parents=True, exist_ok=True)
-    drill = Drill(folder, args.cards, args.batch, args.cap, dg_dev=dg_dev)
+    drill = Drill(folder, args.cards, args.batch, args.cap, topology=topology)
     started = time.monotonic()
     try:
         drill.sweep()
-        if not dg_dev:
+        if topology == "grpc":
             drill.start_server()
         drill.start_daemon()
         for fault in faults:
