@@ -16,9 +16,9 @@ from ..catalog.evidence_facts import GRADED_SLAB, SEVERAL_CARDS
 from ..catalog.printed_keys import PrintedKeys
 from .geometry import BleedClass, all_boxes, box_px, classify_bleed, trim_box
 from .hashing import phash_int
-from .localise import Localised, localise_card
-from .parse import LEGAL_WORDS, parse_artist, parse_artist_after_language, parse_legal
-from .text_reader import CardText, join_rows, read_card_text
+from .localise import CONFIDENCE_BAR, Localised, card_with_margin, localise_card
+from .parse import LEGAL_WORDS, parse_artist, parse_artist_after_language, parse_legal, prints_no_number
+from .text_reader import CARD_MARGIN, CARD_MIN_SIDE, CardText, join_rows, read_card_text
 
 # Which evidence columns each extractor owns; a recompute of one key rewrites only these.
 FIELDS_BY_KEY: dict[str, tuple[str, ...]] = {
@@ -55,8 +55,9 @@ class ImageContext:
     """The upload, the card found in it, and what several extractors share, computed at most once.
 
     ``image`` is the localised card (``localisation.card``), which the geometry, border and hash
-    extractors read; the text is read from ``upload`` itself, wherever it is. Without a localisation
-    (a caller that built the context from a card image itself) the image is taken as the card.
+    extractors read; the text is read from it too when the localiser is sure of the card, else from
+    ``upload`` itself, wherever the text is. Without a localisation (a caller that built the context
+    from a card image itself) the image is taken as the card.
     """
 
     image: Image.Image
@@ -99,8 +100,10 @@ class ImageContext:
         assert self.localisation is not None
         if text.detected < TEXT_LINES_TO_TURN:
             return self
-        upright_turn = (360 - text.rotation) % 360
-        if (upright_turn - self.localisation.rotation) % 360 != 180:
+        if text.on_card:  # read on the card itself: its text's up is the card's
+            if text.rotation != 180:
+                return self
+        elif ((360 - text.rotation) % 360 - self.localisation.rotation) % 360 != 180:
             return self
         turned_card = self.image.rotate(180)
         q = self.localisation.quad
@@ -109,16 +112,31 @@ class ImageContext:
             rotation=(self.localisation.rotation + 180) % 360), keys=self.keys, upload=self.upload,
             cheap=self.cheap, upload_size=self.upload_size, _text=self._text, _parse=self._parse)
 
+    @property
+    def sure_of_card(self) -> bool:
+        """The localiser found the card's outline with confidence (an upload that only has a card's
+        aspect may be a photo of one, and is read as an upload)."""
+        found = self.localisation
+        return found is not None and found.method == "contour" and found.confidence >= CONFIDENCE_BAR
+
     def text(self) -> CardText:
-        """The upload's text, read once: the two ends first, closer only when the catalogue confirms
-        nothing read there."""
+        """The card's text, read once: the two ends first, closer only when the catalogue confirms
+        nothing read there. Read on the card when the localiser is sure of it, else on the upload."""
         if self._text is None:
-            self._text = read_card_text(self.upload if self.upload is not None else self.image, self._confirms,
-                                        cheap=self.cheap)
+            on_card = self.sure_of_card and not self.cheap
+            source = self.image if on_card or self.upload is None else self.upload
+            if on_card and self.upload is not None and self.localisation is not None:
+                source = card_with_margin(self.upload, self.localisation, CARD_MARGIN, CARD_MIN_SIDE)
+            self._text = read_card_text(source, self._confirms, cheap=self.cheap, on_card=on_card)
         return self._text
 
     def _confirms(self, text: CardText) -> bool:
-        parse = parse_collector_rows(text.rows("collector"), self.lexicon)
+        """Whether what was read settles the collector end: a reading the catalogue confirms, or a legal
+        line from before cards printed a number (a closer look would find none)."""
+        rows = text.rows("collector")
+        parse = parse_collector_rows(rows, self.lexicon)
+        if parse.number is None and prints_no_number(rows):
+            return True
         if self.keys is not None:
             return self.keys.confirms(parse)
         return parse.number is not None and parse.set_code_known

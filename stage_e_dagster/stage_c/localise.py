@@ -316,3 +316,24 @@ def localise_card(image: Image.Image) -> Localised:
         return Localised(image, _image_corners(width, height), WHOLE_IMAGE_CONFIDENCE, 0, 0.0, "whole-image",
                          own_class, (width, height))
     return Localised(image, _image_corners(width, height), 0.0, 0, 0.0, "fallback", None, (width, height))
+
+
+def card_with_margin(source: Image.Image, localised: Localised, margin: float, min_side: int = 0) -> Image.Image:
+    """The card ``localised`` found, upright, with ``margin`` of its own width and height more on every
+    side, cut from ``source`` (the upload): a quad found on a card's inner frame rather than its edge
+    still leaves the collector line printed below that frame in view. A card whose long side is under
+    ``min_side`` pixels (a webcam frame) is enlarged to it in the same warp, so its small type is
+    interpolated once, not again by every closer look."""
+    width, height = localised.card.size
+    frame = np.array([[0, 0], [width, 0], [width, height], [0, height]], dtype=np.float32)
+    to_source = cv2.getPerspectiveTransform(frame, np.array(localised.quad, dtype=np.float32))
+    mx, my = margin * width, margin * height
+    wider = np.array([[[-mx, -my], [width + mx, -my], [width + mx, height + my], [-mx, height + my]]],
+                     dtype=np.float32)
+    corners = cv2.perspectiveTransform(wider, to_source)[0]
+    scale = max(1.0, min_side / max(width, height))
+    size = (round((width + 2 * mx) * scale), round((height + 2 * my) * scale))
+    target = np.array([[0, 0], [size[0], 0], [size[0], size[1]], [0, size[1]]], dtype=np.float32)
+    matrix = cv2.getPerspectiveTransform(corners, target)
+    return Image.fromarray(cv2.warpPerspective(np.asarray(source), matrix, size, borderMode=cv2.BORDER_REPLICATE,
+                                               flags=cv2.INTER_CUBIC if scale > 1.0 else cv2.INTER_LINEAR))

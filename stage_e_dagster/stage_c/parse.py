@@ -93,3 +93,16 @@ def parse_legal(text: str) -> tuple[int | None, bool]:
     bare = _YEAR_BARE.search(text)
     year = (bare.group(2) or bare.group(1)) if bare else None
     return (int(year) if year else None), bool(_PROXY.search(text))
+
+
+# The first set whose cards print a collector number (Exodus, 1998): a legal line whose every year is
+# earlier belongs to a frame that prints none.
+FIRST_NUMBERED_YEAR = 1998
+_ANY_YEAR = re.compile(r"(?<!\d)(?:19|20)\d{2}(?!\d)")
+
+
+def prints_no_number(rows: list[str]) -> bool:
+    """Whether the collector end's rows show a legal line from before collector numbers were printed:
+    a row with the legal line's words whose years all precede ``FIRST_NUMBERED_YEAR``."""
+    years = [int(y) for row in rows if LEGAL_WORDS.search(row) for y in _ANY_YEAR.findall(row)]
+    return bool(years) and max(years) < FIRST_NUMBERED_YEAR

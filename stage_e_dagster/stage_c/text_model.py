@@ -1,22 +1,22 @@
 """The scene-text model Stage C reads with: PP-OCR detection, direction and recognition, in process.
 
-PaddleOCR's PP-OCR models run on ONNX Runtime through ``rapidocr``, whose wheel carries the ONNX
-files, so nothing is fetched at run time. The sessions are built once per process, on first use,
-with one intra-op and one inter-op thread: parallelism comes from one worker per core, and ONNX
-Runtime's own pool spent twice the CPU for the same output. Nothing here is imported when the
-code location loads; OpenCV, ONNX Runtime and rapidocr load with the first read.
+PaddleOCR's PP-OCR models run on ONNX Runtime through ``rapidocr``'s pre- and post-processing. The
+model files come inside rapidocr's PyPI wheel (``DET_FILE`` and the others), so nothing is fetched at
+run time. The sessions are built once per process, on first use, with one intra-op and one inter-op
+thread: parallelism comes from one worker per core, and ONNX Runtime's own pool spent twice the CPU for
+the same output. Nothing here is imported when the code location loads; OpenCV, ONNX Runtime and
+rapidocr load with the first read. Recognition and direction take every crop of a look in one call.
 """
 
 from __future__ import annotations
 
 import threading
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Sequence
+from importlib.util import find_spec
+from pathlib import Path
+from typing import Any, Sequence
 
 import numpy as np
-
-if TYPE_CHECKING:
-    from rapidocr import RapidOCR
 
 
 class TextModelUnavailable(RuntimeError):
@@ -28,9 +28,22 @@ SESSION_THREADS = 1
 # glibc's malloc raises its mmap threshold after every large free (up to 32 MiB), so the detector's and
 # recogniser's buffers of a few MiB to tens of MiB come from the heap afterwards and fragment it: a run
 # worker's resident memory climbed from about 400 to 600 MB over 40 photo-like cards. Buffers from this
-# size up are mapped and returned to the system when freed (peak about 450 MB; a few % more CPU).
+# size up are mapped and returned to the system when freed (a few % more CPU).
 MMAP_THRESHOLD_BYTES = 4 << 20
 _M_MMAP_THRESHOLD = -3  # mallopt's parameter number in glibc's <malloc.h>
+
+# The model files, each (the package whose wheel ships it, the file inside it). Pinned with rapidocr in
+# pyproject.toml: another release ships other weights, and stored evidence would read differently.
+# PP-OCRv6 small detection and recognition: against PP-OCRv5 and PP-OCRv4 mobile (bench/README.md,
+# "Choosing the models") they read the most, for about the same CPU per crop.
+DET_FILE = ("rapidocr", "models/PP-OCRv6_det_small.onnx")
+REC_FILE = ("rapidocr", "models/PP-OCRv6_rec_small.onnx")
+CLS_FILE = ("rapidocr", "models/ch_ppocr_mobile_v2.0_cls_mobile.onnx")
+# Recognition runs the crops no wider than the model's own input (REC_ASPECT, 320 x 48) together, each
+# padded to that input as it would be alone, and every wider crop alone: in one batch the recogniser pads
+# each crop to the batch's widest, which cost CPU and changed what it read (bench/README.md).
+REC_ASPECT = 320 / 48
+REC_BATCH = 6
 
 
 def _libc() -> Any:
@@ -67,56 +80,91 @@ class Recognised:
     score: float  # the recogniser's mean character probability, 0-1
 
 
+@dataclass(frozen=True)
+class _Models:
+    det: Any
+    cls: Any
+    rec: Any
+
+
 _LOCK = threading.Lock()
-_ENGINE: RapidOCR | None = None
-_ENGINE_ERROR: str | None = None
-_LIBC: Any = None  # the C library, once the engine is built (see _return_freed_memory)
+_MODELS: _Models | None = None
+_ERROR: str | None = None
+_LIBC: Any = None  # the C library, once the models are built (see _return_freed_memory)
 
 
-def _params() -> dict[str, Any]:
-    return {
+def model_file(package: str, relative: str) -> Path:
+    """A file shipped inside an installed package's wheel (no import of the package itself)."""
+    spec = find_spec(package)
+    if spec is None or not spec.submodule_search_locations:
+        raise FileNotFoundError(f"the package {package!r} that ships the OCR model is not installed")
+    path = Path(next(iter(spec.submodule_search_locations))) / relative
+    if not path.is_file():
+        raise FileNotFoundError(f"{path} is missing from the installed {package!r}")
+    return path
+
+
+def _config() -> Any:
+    """rapidocr's configuration with our files and one thread per session."""
+    from rapidocr.main import DEFAULT_CFG_PATH
+    from rapidocr.utils.parse_parameters import ParseParams
+
+    params: dict[str, Any] = {
         "EngineConfig.onnxruntime.intra_op_num_threads": SESSION_THREADS,
         "EngineConfig.onnxruntime.inter_op_num_threads": SESSION_THREADS,
+        # ONNX Runtime's CPU arena keeps every buffer it grew to: with it a worker peaked at 530-650 MB
+        # for at most a few % less CPU per card (bench/README.md).
+        "EngineConfig.onnxruntime.enable_cpu_mem_arena": False,
         "Global.log_level": "error",
         # Detection sees the copy it is given as it is: the reader chooses the scale.
-        "Global.use_preprocess_img": False,
         "Det.limit_type": "max",
         "Det.limit_side_len": 4096,
-        "Global.text_score": 0.0,
+        "Det.model_path": str(model_file(*DET_FILE)),
+        "Cls.model_path": str(model_file(*CLS_FILE)),
+        "Rec.model_path": str(model_file(*REC_FILE)),
     }
+    cfg = ParseParams.update_batch(ParseParams.load(DEFAULT_CFG_PATH), params)
+    for task in (cfg.Det, cfg.Cls, cfg.Rec):
+        task.engine_cfg = cfg.EngineConfig.onnxruntime
+        task.model_root_dir = None
+    cfg.Rec.font_path = None
+    return cfg
 
 
-def engine() -> RapidOCR:
-    """This process's PP-OCR engine, built on first use (sessions load lazily inside it, once)."""
-    global _ENGINE, _ENGINE_ERROR, _LIBC
-    if _ENGINE is not None:
-        return _ENGINE
+def models() -> _Models:
+    """This process's detector, direction classifier and recogniser, built on first use, once."""
+    global _MODELS, _ERROR, _LIBC
+    if _MODELS is not None:
+        return _MODELS
     with _LOCK:
-        if _ENGINE is None:
-            if _ENGINE_ERROR is not None:
-                raise TextModelUnavailable(_ENGINE_ERROR)
+        if _MODELS is None:
+            if _ERROR is not None:
+                raise TextModelUnavailable(_ERROR)
             _LIBC = _libc()
             _fixed_mmap_threshold(_LIBC)
             try:
                 import logging
 
-                from rapidocr import RapidOCR
+                from rapidocr.ch_ppocr_cls import TextClassifier
+                from rapidocr.ch_ppocr_det import TextDetector
+                from rapidocr.ch_ppocr_rec import TextRecognizer
 
-                built = RapidOCR(params=_params())
+                cfg = _config()
+                built = _Models(TextDetector(cfg.Det), TextClassifier(cfg.Cls), TextRecognizer(cfg.Rec))
                 # rapidocr sets its own logger's level; keep its per-call chatter out of run logs.
                 logging.getLogger("RapidOCR").setLevel(logging.ERROR)
             except Exception as exc:  # an import or model-file problem: the host cannot read at all
-                _ENGINE_ERROR = f"the PP-OCR model could not be loaded: {type(exc).__name__}: {exc}"
-                raise TextModelUnavailable(_ENGINE_ERROR) from exc
-            _ENGINE = built
-    return _ENGINE
+                _ERROR = f"the PP-OCR model could not be loaded: {type(exc).__name__}: {exc}"
+                raise TextModelUnavailable(_ERROR) from exc
+            _MODELS = built
+    return _MODELS
 
 
 def detect(bgr: np.ndarray) -> np.ndarray:
     """Text-line boxes (N x 4 x 2 float32, clockwise from the line's top left) found in ``bgr``."""
-    model = engine()
+    model = models().det
     _return_freed_memory()
-    out = model(bgr, use_det=True, use_cls=False, use_rec=False)
+    out = model(bgr)
     boxes = getattr(out, "boxes", None)
     if boxes is None or len(boxes) == 0:
         return np.zeros((0, 4, 2), dtype=np.float32)
@@ -125,27 +173,30 @@ def detect(bgr: np.ndarray) -> np.ndarray:
 
 def upside_down(crops: Sequence[np.ndarray]) -> list[tuple[bool, float]]:
     """Per line crop (already horizontal), whether it reads upside down, with the classifier's score."""
+    crops = [c for c in crops if c.shape[0] >= 2 and c.shape[1] >= 2]
     if not crops:
         return []
-    model = engine()
-    found: list[tuple[bool, float]] = []
-    for crop in crops:
-        out = model(crop, use_det=False, use_cls=True, use_rec=False)
-        label, score = (out.cls_res[0] if getattr(out, "cls_res", None) else ("0", 0.0))
-        found.append((str(label) == "180", float(score)))
-    return found
+    out = models().cls(list(crops))
+    return [(str(label) == "180", float(score)) for label, score in out.cls_res]
+
+
+def _batches(crops: Sequence[np.ndarray]) -> list[list[int]]:
+    """Indices of ``crops`` in recognition batches: those no wider than the model's input together (up
+    to REC_BATCH a batch), every wider one alone."""
+    narrow = [i for i, crop in enumerate(crops) if crop.shape[1] <= REC_ASPECT * crop.shape[0]]
+    wide = [[i] for i, crop in enumerate(crops) if crop.shape[1] > REC_ASPECT * crop.shape[0]]
+    return [narrow[k:k + REC_BATCH] for k in range(0, len(narrow), REC_BATCH)] + wide
 
 
 def recognise(crops: Sequence[np.ndarray]) -> list[Recognised]:
     """The text of each line crop (horizontal, upright), in order."""
-    model = engine()
-    found: list[Recognised] = []
-    for crop in crops:
-        if crop.shape[0] < 4 or crop.shape[1] < 4:
-            found.append(Recognised("", 0.0))
-            continue
-        out = model(crop, use_det=False, use_cls=False, use_rec=True)
-        txts = getattr(out, "txts", None) or ("",)
-        scores = getattr(out, "scores", None) or (0.0,)
-        found.append(Recognised(str(txts[0]), float(scores[0])))
+    from rapidocr.ch_ppocr_rec import TextRecInput
+
+    readable = [i for i, crop in enumerate(crops) if crop.shape[0] >= 4 and crop.shape[1] >= 4]
+    found = [Recognised("", 0.0)] * len(crops)
+    model = models().rec
+    for batch in _batches([crops[i] for i in readable]):
+        out = model(TextRecInput(img=[crops[readable[k]] for k in batch]))
+        for k, text, score in zip(batch, out.txts, out.scores):
+            found[readable[k]] = Recognised(str(text), float(score))
     return found

@@ -1,17 +1,20 @@
 """Read a card's text where the text is: detect lines, turn them upright, recognise the two ends.
 
-Detection runs once on a downscaled copy of the whole upload. The direction of the text comes from
-the detected boxes (their long axis) and the direction classifier (upright or turned over), so a
-sideways or upside-down card reads like an upright one, and nothing depends on where the card was
-guessed to be. Only the lines at the two ends of the card's text are recognised, cropped from the
-full-resolution upload: the title end (the name) and the collector end (collector line, credit,
-legal line). When that gives no reading the catalogue confirms, a band at each end of the text's
-region is detected again, enlarged, and every line in it is read.
+When the localiser is sure of the card, detection runs once on a copy of the card itself
+(``CARD_DETECT_SIDE``), which holds nothing but the card; otherwise on a downscaled copy of the whole
+upload. The direction of the text comes from the detected boxes (their long axis) and, unless the
+lines' layout on the card already says which way is up, the direction classifier (upright or turned
+over), so a sideways or upside-down card reads like an upright one. Only the lines at the two ends of
+the card's text are recognised, in one batched call, cropped from the full-resolution image: the title
+end (the name) and the collector end (collector line, credit, legal line). When that gives no reading
+the catalogue confirms, the two bands where the title and the collector line print are detected
+again, enlarged, and every line in them is read.
 """
 
 from __future__ import annotations
 
 import math
+import re
 from dataclasses import dataclass, field
 from typing import Callable, Sequence, TypeVar
 
@@ -20,7 +23,9 @@ from PIL import Image
 
 from . import text_model
 
-# Long side of the copy the first detection runs on (the cheap pass: CHEAP_DETECT_SIDE).
+# Long side of the copy the first detection runs on: the card's, when the localiser is sure of it, else
+# the whole upload's (the cheap pass: CHEAP_DETECT_SIDE).
+CARD_DETECT_SIDE = 640  # 480 lost a number the old reader read, 800 read the same for more CPU
 DETECT_SIDE = 960
 CHEAP_DETECT_SIDE = 480
 # Long side of the second, closer detection of the text's region (only when the ends confirm nothing).
@@ -47,6 +52,28 @@ TITLE_BAND = 0.10
 ABOVE_MARGIN = 0.05
 SIDE_MARGIN = 0.06
 MAX_UPSCALE = 4.0
+# The card is read with this much of its width and height more on every side (``card_with_margin``): a
+# quad found on the card's inner frame leaves the collector line below it.
+CARD_MARGIN = 0.08
+# A card smaller than this (its long side, in pixels) is read enlarged to it: a webcam frame's card.
+CARD_MIN_SIDE = 900
+# The closer look on a known card: a band from just above its last row (ROW_SLACK of the card's height)
+# to BELOW_LAST_ROW under it, where the collector line and the legal line print, and the title's band
+# when the first look read none (the card's first CARD_BAND when it found no rows), enlarged to
+# CARD_CLOSE_SIDE pixels wide.
+CARD_BAND = 0.2
+ROW_SLACK = 0.015
+BELOW_LAST_ROW = 0.07
+CARD_CLOSE_SIDE = 1600
+# A collector end worth the last resort: three digits in a row (a number, a year) or the legal line's words.
+_WORTH_A_WIDER_LOOK = re.compile(r"\d{3}|\u00a9|wizards|coast|\bllc\b", re.IGNORECASE)
+# The layout that says a card is upright: of its lines running with the text, at least LAYOUT_MIN_LINES
+# lie in the LOWER_HALF of the card (type line, rules, collector line) and LAYOUT_MARGIN times as many
+# as in the UPPER_HALF (the art's; a card turned over shows the opposite).
+LOWER_HALF = (0.52, 0.97)
+UPPER_HALF = (0.10, 0.48)
+LAYOUT_MIN_LINES = 3
+LAYOUT_MARGIN = 3.0
 # A band larger than the first look's copy is detected in two overlapping parts (see _detect_in_parts).
 BAND_PART_PIXELS = DETECT_SIDE * DETECT_SIDE * 3 // 4
 
@@ -76,6 +103,7 @@ class CardText:
     detected: int = 0            # lines the first detection found
     spread: float = 0.0          # how far the lines running with the text reach across, in longest lines
     aligned: int = 0             # lines running with the text (the spread counts these)
+    on_card: bool = False        # read on the localised card: ``rotation`` is then the text's up on the card
 
     @property
     def side_by_side(self) -> bool:
@@ -228,12 +256,23 @@ def _upside_down(bgr: np.ndarray, boxes: list[_Box]) -> bool:
     # Lines that run with the text only: a stroke of writing across it says nothing of the card.
     lines = [b for b in boxes if b.runs_with_text] or boxes
     longest = sorted(lines, key=lambda b: b.width, reverse=True)[:DIRECTION_SAMPLE]
-    crops = [_crop(bgr, b.corners) for b in longest]
-    crops = [c for c in crops if c.size]
-    votes = text_model.upside_down(crops)
+    votes = text_model.upside_down([_crop(bgr, b.corners) for b in longest])
     turned = sum(score for flipped, score in votes if flipped)
     upright = sum(score for flipped, score in votes if not flipped)
     return turned > upright
+
+
+def _layout_says_upright(boxes: list[_Box], top: float, bottom: float) -> bool:
+    """On a card seen upright, its lines gather in the lower half (type line, rules text, collector
+    line) while the art fills most of the upper half: when they clearly do, the boxes say which way is
+    up and the direction classifier is not asked. ``top``..``bottom`` is the card's extent down the text."""
+    height = bottom - top
+    if height <= 0:
+        return False
+    depths = [(b.depth + b.height / 2 - top) / height for b in boxes if b.runs_with_text]
+    lower = sum(1 for d in depths if LOWER_HALF[0] <= d <= LOWER_HALF[1])
+    upper = sum(1 for d in depths if UPPER_HALF[0] <= d <= UPPER_HALF[1])
+    return lower >= LAYOUT_MIN_LINES and lower >= LAYOUT_MARGIN * upper
 
 
 def _flip(box: _Box) -> _Box:
@@ -270,8 +309,12 @@ class _Ends:
     near: list[tuple[_Box, str]]
 
 
-def _ends(rows: list[list[_Box]]) -> _Ends:
+def _ends(rows: list[list[_Box]], title_above: float | None = None) -> _Ends:
+    """The rows at each end; with ``title_above`` (a depth down the text), the title end takes only rows
+    that begin above it: on a known card, its first rows that lie where a title prints."""
     title_rows = TITLE_ROWS if _has_title(rows) else 0
+    if title_above is not None:
+        title_rows = sum(1 for row in rows[:title_rows] if min(b.depth for b in row) <= title_above)
     first_collector = max(title_rows, len(rows) - COLLECTOR_ROWS)
     first_near = max(first_collector, len(rows) - NEAR_ROWS)
 
@@ -282,31 +325,33 @@ def _ends(rows: list[list[_Box]]) -> _Ends:
                  boxes(rows[first_near:], "collector"))
 
 
-def _strip(bgr: np.ndarray, frame: "_Frame", top: float, bottom: float, left: float, right: float,
-           end: str) -> list[TextLine]:
-    """Detect and read every line of one band of the text frame (``top``..``bottom`` down the text,
-    ``left``..``right`` along it, in upload pixels), warped upright and enlarged so that small type
-    reaches the detector at a size it finds."""
+def _band(bgr: np.ndarray, frame: "_Frame", top: float, bottom: float, left: float, right: float,
+          side: int) -> tuple[np.ndarray, float]:
+    """One band of the text frame (``top``..``bottom`` down the text, ``left``..``right`` along it, in
+    source pixels), warped upright and scaled to ``side`` pixels wide (at most ``MAX_UPSCALE`` times)."""
     import cv2
 
     width, height = right - left, bottom - top
-    if width < 8 or height < 4:
-        return []
-    scale = min(MAX_UPSCALE, CLOSE_SIDE / width)
+    scale = min(MAX_UPSCALE, side / width)
     out_w, out_h = max(8, round(width * scale)), max(8, round(height * scale))
     corners = np.array([frame.point(left, top), frame.point(right, top), frame.point(right, bottom),
                         frame.point(left, bottom)], dtype=np.float32)
     target = np.array([[0, 0], [out_w, 0], [out_w, out_h], [0, out_h]], dtype=np.float32)
     band = cv2.warpPerspective(bgr, cv2.getPerspectiveTransform(corners, target), (out_w, out_h),
                                borderMode=cv2.BORDER_REPLICATE, flags=cv2.INTER_CUBIC)
-    # The band is upright already: its own x and y are along and down the text.
+    return band, scale
+
+
+def _band_boxes(band: np.ndarray, scale: float, top: float, left: float, end: str) -> list[tuple[_Box, str]]:
+    """Every line box of a band (upright already: its own x and y run along and down the text), placed in
+    the text frame."""
     along, down = np.array([1.0, 0.0]), np.array([0.0, 1.0])
     boxes = []
     for box in _detect_in_parts(band):
         (x0, y0), (x1, y1) = box.min(axis=0), box.max(axis=0)
         boxes.append((_Box(_ordered(box, along, down), left + float(x0) / scale, top + float(y0) / scale,
                            float(x1 - x0) / scale, float(y1 - y0) / scale), end))
-    return _recognise(band, boxes)
+    return boxes
 
 
 def _detect_in_parts(band: np.ndarray) -> np.ndarray:
@@ -341,7 +386,7 @@ def _same_line(a: np.ndarray, b: np.ndarray) -> bool:
 
 @dataclass(frozen=True)
 class _Frame:
-    """The text frame: positions along the text and down it, in upload pixels, from the origin."""
+    """The text frame: positions along the text and down it, in source pixels, from the origin."""
 
     along: np.ndarray
     down: np.ndarray
@@ -349,9 +394,17 @@ class _Frame:
     def point(self, across: float, depth: float) -> np.ndarray:
         return self.along * across + self.down * depth
 
+    def extent(self, width: int, height: int) -> tuple[float, float, float, float]:
+        """An image's left, right, top and bottom in this frame."""
+        corners = np.array([[0, 0], [width, 0], [width, height], [0, height]], dtype=np.float64)
+        across, depth = corners @ self.along, corners @ self.down
+        return float(across.min()), float(across.max()), float(depth.min()), float(depth.max())
 
-def read_card_text(image: Image.Image, confirms: Confirms | None = None, *, cheap: bool = False) -> CardText:
-    """Read ``image`` (the upload, any way up). ``confirms`` says whether a read holds a reading the
+
+def read_card_text(image: Image.Image, confirms: Confirms | None = None, *, cheap: bool = False,
+                   on_card: bool = False) -> CardText:
+    """Read ``image`` (the upload, any way up; or, with ``on_card``, the card the localiser found and
+    turned upright, at most half a turn off). ``confirms`` says whether a read holds a reading the
     catalogue confirms; without it, or when it says no, the two ends are read again closer.
 
     ``cheap`` is the pass for tests and smoke runs that only need Stage C to have run: one look at a
@@ -359,32 +412,134 @@ def read_card_text(image: Image.Image, confirms: Confirms | None = None, *, chea
     bgr = _to_bgr(image)
     if cheap:
         return _cheap_read(bgr)
-    small, scale = _resized(bgr, DETECT_SIDE)
+    if confirms is None:
+        confirms = _confirms_nothing
+    small, scale = _resized(bgr, CARD_DETECT_SIDE if on_card else DETECT_SIDE)
     raw = text_model.detect(small)
     angle = text_direction(raw)
+    if on_card and angle > 90.0:  # the card is upright or turned over: take its text as reading rightwards
+        angle -= 180.0
     along, down = _frame(angle)
     boxes = _boxes(raw, scale, np.zeros(2, dtype=np.float32), along, down)
-    if boxes and _upside_down(bgr, boxes):
+    frame = _Frame(along, down)
+    if boxes and (not on_card or not _layout_says_upright(boxes, *frame.extent(bgr.shape[1], bgr.shape[0])[2:])) \
+            and _upside_down(bgr, boxes):
         angle = (angle + 180.0) % 360.0
         boxes = [_flip(b) for b in boxes]
-        along, down = -along, -down
-    result = CardText(rotation=_quarter_turns(angle), angle_deg=round(angle, 2), detected=len(boxes))
+        frame = _Frame(-along, -down)
+    result = CardText(rotation=_quarter_turns(angle), angle_deg=round(angle, 2), detected=len(boxes),
+                      on_card=on_card)
     aligned = [b for b in boxes if b.runs_with_text]
     if aligned:
         reach = max(b.across + b.width for b in aligned) - min(b.across for b in aligned)
         result.spread, result.aligned = round(reach / max(b.width for b in aligned), 3), len(aligned)
     rows = _rows_of(boxes)
-    ends = _ends(rows)
-    title, near = _recognise(bgr, ends.title), _recognise(bgr, ends.near)
+    if on_card:
+        _, _, top, bottom = frame.extent(bgr.shape[1], bgr.shape[0])
+        ends = _ends(rows, top + (bottom - top) * CARD_BAND)
+    else:
+        ends = _ends(rows)
+    first = _recognise(bgr, ends.title + ends.near)
+    title, near = [ln for ln in first if ln.end == "title"], [ln for ln in first if ln.end == "collector"]
     result.lines = title + near
     result.passes = ("ends",)
-    confirmed = confirms is not None and confirms(result)
+    confirmed = confirms(result)
     if not confirmed and ends.far:
         result.lines = title + _recognise(bgr, ends.far) + near
-        confirmed = confirms is not None and confirms(result)
-    if not boxes or confirmed:
+        confirmed = confirms(result)
+    if confirmed or not (boxes or on_card):
         return result
-    frame = _Frame(along, down)
+    closer = (_closer_on_card(bgr, frame, rows, bool(title)) if on_card
+              else _closer_on_text_region(bgr, frame, boxes, rows))
+    result.lines, result.passes = _settled(result.lines, closer, confirms), ("ends", "close")
+    if on_card and boxes and not confirms(result) and any(_WORTH_A_WIDER_LOOK.search(ln.text)
+                                                          for ln in result.at("collector")):
+        # The last resort, on the cards the narrow band did not settle though their collector end shows
+        # a number or a legal line (the legal line's number on textured 2003-2014 frames, webcam
+        # frames): the collector end of the text's region, across the card, larger.
+        wide = _closer_on_text_region(bgr, frame, boxes, rows, on_card=True, title=not result.at("title"))
+        result.lines, result.passes = _settled(result.lines, wide, confirms), ("ends", "close", "region")
+    return result
+
+
+def _confirms_nothing(text: CardText) -> bool:
+    return False
+
+
+def _settled(before: list[TextLine], closer: list[TextLine], confirms: Confirms) -> list[TextLine]:
+    """The lines after a closer look: each end's closer lines (the earlier ones where it read none at
+    that end); when those are not confirmed, every reading of both, the longer where both read one
+    line, if that is; else the closer lines as they are."""
+    def at(lines: list[TextLine], end: str) -> list[TextLine]:
+        return [ln for ln in lines if ln.end == end]
+
+    taken = (at(closer, "title") or at(before, "title")) + (at(closer, "collector") or at(before, "collector"))
+    if confirms(CardText(lines=taken)):
+        return taken
+    both = _merged(at(closer, "title"), at(before, "title")) + _merged(at(closer, "collector"), at(before, "collector"))
+    return both if confirms(CardText(lines=both)) else taken
+
+
+def _merged(closer: list[TextLine], first: list[TextLine]) -> list[TextLine]:
+    """The closer look's lines and the first look's, a line both read kept once: the longer reading."""
+    kept = list(closer)
+    for line in first:
+        same = [i for i, other in enumerate(kept) if _same_place(line, other)]
+        if not same:
+            kept.append(line)
+        elif all(len(line.text) > len(kept[i].text) for i in same):
+            kept = [other for i, other in enumerate(kept) if i not in same] + [line]
+    return kept
+
+
+def _same_place(a: TextLine, b: TextLine) -> bool:
+    """Two readings of one printed line: they overlap along the text, and down it by half the lower one."""
+    down = min(a.top + a.height, b.top + b.height) - max(a.top, b.top)
+    along = min(a.left + a.width, b.left + b.width) - max(a.left, b.left)
+    return along > 0 and down >= 0.5 * min(a.height, b.height)
+
+
+def _closer_on_card(bgr: np.ndarray, frame: _Frame, rows: list[list[_Box]],
+                    title_read: bool) -> list[TextLine]:
+    """A narrow band of the card from its last rows down, where the collector line and the legal line
+    print (the smallest type on the card, often missed or misread at first), detected enlarged and
+    read; and the band of its first rows when the first look read no title."""
+    left, right, top, bottom = frame.extent(bgr.shape[1], bgr.shape[0])
+    height = bottom - top
+    if rows:
+        # Along the text, the band spans the text's own width (plus SIDE_MARGIN), not the card's: the same
+        # pixels then hold the small type larger.
+        boxes = [b for row in rows for b in row]
+        span = max(b.across + b.width for b in boxes) - min(b.across for b in boxes)
+        left = max(left, min(b.across for b in boxes) - span * SIDE_MARGIN)
+        right = min(right, max(b.across + b.width for b in boxes) + span * SIDE_MARGIN)
+        last = rows[-1]
+        last_top = min(b.depth for b in last)
+        last_bottom = max(b.depth + b.height for b in last)
+        wanted = [(max(top, last_top - height * ROW_SLACK), min(bottom, last_bottom + height * BELOW_LAST_ROW),
+                   "collector")]
+    else:
+        wanted = [(bottom - height * CARD_BAND, bottom, "collector")]
+    if not title_read and (len(rows) > COLLECTOR_ROWS or not rows):
+        first_bottom = max((b.depth + b.height for b in rows[0]), default=top + height * CARD_BAND)
+        wanted.append((top, min(bottom, first_bottom + height * ROW_SLACK), "title"))
+    crops, placed = [], []
+    for band_top, band_bottom, end in wanted:
+        band, scale = _band(bgr, frame, band_top, band_bottom, left, right, CARD_CLOSE_SIDE)
+        found = _band_boxes(band, scale, band_top, left, end)
+        crops += [_crop(band, b.corners) for b, _ in found]
+        placed += found
+    texts = text_model.recognise(crops)
+    return [TextLine(t.text.strip(), round(t.score, 4), round(b.across, 1), round(b.depth, 1), round(b.width, 1),
+                     round(b.height, 1), end)
+            for (b, end), t in zip(placed, texts) if t.text.strip()]
+
+
+def _closer_on_text_region(bgr: np.ndarray, frame: _Frame, boxes: list[_Box], rows: list[list[_Box]], *,
+                           on_card: bool = False, title: bool = True) -> list[TextLine]:
+    """A band at each end of the text's region: where no card was found to say where its ends are, or
+    as a known card's last resort (then across the whole card, whose edges bound its lines, and the
+    title's band only when ``title``)."""
     left = min(b.across for b in boxes)
     right = max(b.across + b.width for b in boxes)
     top = min(b.depth for b in boxes)
@@ -393,13 +548,18 @@ def read_card_text(image: Image.Image, confirms: Confirms | None = None, *, chea
     # The text's region runs past what the coarse look found: the legal line and the collector line
     # of older frames are the smallest type on the card, often missed at first.
     left, right = left - span_w * SIDE_MARGIN, right + span_w * SIDE_MARGIN
-    collector = _strip(bgr, frame, bottom - span_h * COLLECTOR_BAND, bottom + span_h * BELOW_MARGIN, left, right,
-                       "collector")
-    title = (_strip(bgr, frame, top - span_h * ABOVE_MARGIN, top + span_h * TITLE_BAND, left, right, "title")
-             if _has_title(rows) else [])
-    result.lines = (title or result.at("title")) + (collector or result.at("collector"))
-    result.passes = ("ends", "close")
-    return result
+    if on_card:
+        left, right = frame.extent(bgr.shape[1], bgr.shape[0])[:2]
+    wanted = [(bottom - span_h * COLLECTOR_BAND, bottom + span_h * BELOW_MARGIN, "collector")]
+    if title and _has_title(rows):
+        wanted.append((top - span_h * ABOVE_MARGIN, top + span_h * TITLE_BAND, "title"))
+    lines: list[TextLine] = []
+    for band_top, band_bottom, end in wanted:
+        if right - left < 8 or band_bottom - band_top < 4:
+            continue
+        band, scale = _band(bgr, frame, band_top, band_bottom, left, right, CLOSE_SIDE)
+        lines += _recognise(band, _band_boxes(band, scale, band_top, left, end))
+    return lines
 
 
 def _cheap_read(bgr: np.ndarray) -> CardText:

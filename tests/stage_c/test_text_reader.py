@@ -84,10 +84,10 @@ from stage_e_dagster.stage_c import text_model
 from stage_e_dagster.stage_c.text_reader import read_card_text
 image = Image.open(io.BytesIO(sys.stdin.buffer.read()))
 first = read_card_text(image)
-engine = text_model.engine()
+models = text_model.models()
 second = read_card_text(image)
-det = engine.text_det.session.session.get_session_options()
-print(json.dumps({"rows": first.rows(), "same_engine": engine is text_model.engine(),
+det = models.det.session.session.get_session_options()
+print(json.dumps({"rows": first.rows(), "same_engine": models is text_model.models(),
                   "same_rows": first.rows() == second.rows(),
                   "threads": [det.intra_op_num_threads, det.inter_op_num_threads]}))
 """
