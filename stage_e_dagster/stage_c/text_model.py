@@ -149,10 +149,10 @@ def models() -> _Models:
                 from rapidocr.ch_ppocr_det import TextDetector
                 from rapidocr.ch_ppocr_rec import TextRecognizer
 
+                # rapidocr's logger writes to standard output: keep its chatter out of run logs and --json.
+                logging.getLogger("RapidOCR").setLevel(logging.ERROR)
                 cfg = _config()
                 built = _Models(TextDetector(cfg.Det), TextClassifier(cfg.Cls), TextRecognizer(cfg.Rec))
-                # rapidocr sets its own logger's level; keep its per-call chatter out of run logs.
-                logging.getLogger("RapidOCR").setLevel(logging.ERROR)
             except Exception as exc:  # an import or model-file problem: the host cannot read at all
                 _ERROR = f"the PP-OCR model could not be loaded: {type(exc).__name__}: {exc}"
                 raise TextModelUnavailable(_ERROR) from exc
