@@ -25,20 +25,22 @@ MANIFEST_VERSIONS: MappingProxyType[str, str] = MappingProxyType(
         # so each was bumped when it stopped reading the raw upload.
         # Issue 30: the text is read by PP-OCR where it is in the upload (not in the localised card's
         # bottom band), so every extractor fed by the text, and the 180 turn and several-cards call it
-        # makes for the localisation, moved to a new version.
-        "card_localisation": "card-localisation-v3",  # v3: the 180 turn and several cards from the read text
+        # makes for the localisation, moved to a new version. Issue 39: the text is read on the card when
+        # the localiser is sure of it (word boxes in the card's frame), closer only where the catalogue
+        # confirms nothing, so the same extractors moved again.
+        "card_localisation": "card-localisation-v4",  # v4: the 180 turn from the text read on the card
         "geometry_bleed": "geometry-bleed-v2",
         "layout_class": "layout-class-v3",  # v3: the confidence is the reading's own agreement too
         "crop_coordinates": "crop-coordinates-v2",
-        "collector_line_ocr": "collector-line-ocr-v5",  # v5: PP-OCR rows parsed by catalog/collector_line.py
-        "collector_line_word_boxes": "collector-line-word-boxes-v3",  # v3: lines with the recogniser's score
-        "artist_ocr": "artist-ocr-v4",  # v4: from the PP-OCR rows
+        "collector_line_ocr": "collector-line-ocr-v6",  # v6: read on the card, closer in a narrow band
+        "collector_line_word_boxes": "collector-line-word-boxes-v4",  # v4: boxes in the card's frame when read on it
+        "artist_ocr": "artist-ocr-v5",  # v5: from the rows read on the card
         "symbol_region": "symbol-region-v2",
         "art_phash": "art-phash-v2",
-        "legal_line": "legal-line-v5",  # v5: from the PP-OCR rows; a year before "Wizards" is marked
+        "legal_line": "legal-line-v6",  # v6: from the rows read on the card; a pre-1998 line settles the read
         "quality_signals": "quality-signals-v2",
         "color_profile": "color-profile-v2",
-        "title_ocr": "title-ocr-v2",  # v2: the title end's rows (the name first), from PP-OCR
+        "title_ocr": "title-ocr-v3",  # v3: on a card, only rows where its title prints
     }
 )
 

@@ -16,9 +16,9 @@ from ..catalog.evidence_facts import GRADED_SLAB, SEVERAL_CARDS
 from ..catalog.printed_keys import PrintedKeys
 from .geometry import BleedClass, all_boxes, box_px, classify_bleed, trim_box
 from .hashing import phash_int
-from .localise import CONFIDENCE_BAR, Localised, card_with_margin, localise_card
+from .localise import CONFIDENCE_BAR, Localised, card_with_margin, localise_card, room_for_another_card
 from .parse import LEGAL_WORDS, parse_artist, parse_artist_after_language, parse_legal, prints_no_number
-from .text_reader import CARD_MARGIN, CARD_MIN_SIDE, CardText, join_rows, read_card_text
+from .text_reader import CARD_MARGIN, CARD_MIN_SIDE, CardText, join_rows, lines_side_by_side, read_card_text
 
 # Which evidence columns each extractor owns; a recompute of one key rewrites only these.
 FIELDS_BY_KEY: dict[str, tuple[str, ...]] = {
@@ -82,7 +82,8 @@ class ImageContext:
             return ctx
         text = ctx.text()
         if localised.method not in (SEVERAL_CARDS, GRADED_SLAB) and (
-                text.side_by_side or shows_several_cards(text.rows("collector"), lexicon)):
+                text.side_by_side or shows_several_cards(text.rows("collector"), lexicon)
+                or (text.on_card and room_for_another_card(localised) and lines_side_by_side(upload))):
             # The localiser found one card, but the text is that of several.
             ctx.localisation = replace(localised, method=SEVERAL_CARDS, confidence=0.0)
             return ctx

@@ -337,3 +337,17 @@ def card_with_margin(source: Image.Image, localised: Localised, margin: float, m
     matrix = cv2.getPerspectiveTransform(corners, target)
     return Image.fromarray(cv2.warpPerspective(np.asarray(source), matrix, size, borderMode=cv2.BORDER_REPLICATE,
                                                flags=cv2.INTER_CUBIC if scale > 1.0 else cv2.INTER_LINEAR))
+
+
+# Beside the card, at least this share of its own width (or above or below it, of its height) left in
+# the upload: room for another card's lines, which a read of the card alone would not see.
+ROOM_FOR_ANOTHER = 0.5
+
+
+def room_for_another_card(localised: Localised) -> bool:
+    """Whether the upload leaves room beside the card found for another card's text."""
+    xs, ys = [x for x, _ in localised.quad], [y for _, y in localised.quad]
+    width, height = localised.source_size
+    card_w, card_h = max(xs) - min(xs), max(ys) - min(ys)
+    return (max(min(xs), width - max(xs)) >= ROOM_FOR_ANOTHER * card_w
+            or max(min(ys), height - max(ys)) >= ROOM_FOR_ANOTHER * card_h)

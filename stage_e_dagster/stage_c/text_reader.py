@@ -44,6 +44,7 @@ LINE_ASPECT = 2.0
 # cards side by side spreads its many lines over two or more (2.3-5.1 on three such photos).
 SIDE_BY_SIDE_SPREAD = 2.0
 SIDE_BY_SIDE_LINES = 12
+SEVERAL_CARDS_SIDE = 640
 # The closer look: bands at each end of the text's region, as fractions of its height, widened along
 # the text by SIDE_MARGIN of its width, enlarged to CLOSE_SIDE pixels wide (at most MAX_UPSCALE times).
 COLLECTOR_BAND = 0.22
@@ -560,6 +561,20 @@ def _closer_on_text_region(bgr: np.ndarray, frame: _Frame, boxes: list[_Box], ro
         band, scale = _band(bgr, frame, band_top, band_bottom, left, right, CLOSE_SIDE)
         lines += _recognise(band, _band_boxes(band, scale, band_top, left, end))
     return lines
+
+
+def lines_side_by_side(upload: Image.Image) -> bool:
+    """Whether the whole upload's lines spread across several card widths (cards side by side): the
+    look a read on the card alone cannot take, on a copy of ``SEVERAL_CARDS_SIDE`` pixels (at 480 the
+    lines of a webcam photo of two cards were too small to find)."""
+    small, scale = _resized(_to_bgr(upload), SEVERAL_CARDS_SIDE)
+    raw = text_model.detect(small)
+    along, down = _frame(text_direction(raw))
+    aligned = [b for b in _boxes(raw, scale, np.zeros(2, dtype=np.float32), along, down) if b.runs_with_text]
+    if len(aligned) < SIDE_BY_SIDE_LINES:
+        return False
+    reach = max(b.across + b.width for b in aligned) - min(b.across for b in aligned)
+    return reach / max(b.width for b in aligned) >= SIDE_BY_SIDE_SPREAD
 
 
 def _cheap_read(bgr: np.ndarray) -> CardText:
