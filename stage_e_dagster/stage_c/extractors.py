@@ -115,20 +115,28 @@ class ImageContext:
 
     @property
     def sure_of_card(self) -> bool:
-        """The localiser found the card's outline with confidence (an upload that only has a card's
-        aspect may be a photo of one, and is read as an upload)."""
+        """The image holds the card: its outline found with confidence, or an upload with a card's own
+        aspect (a render, a scan), which is the card."""
         found = self.localisation
-        return found is not None and found.method == "contour" and found.confidence >= CONFIDENCE_BAR
+        return found is not None and (found.method == "whole-image" or (
+            found.method == "contour" and found.confidence >= CONFIDENCE_BAR))
 
     def text(self) -> CardText:
         """The card's text, read once: the two ends first, closer only when the catalogue confirms
-        nothing read there. Read on the card when the localiser is sure of it, else on the upload."""
+        nothing read there. Read on the card when the localiser is sure of it, else on the upload.
+        An upload taken whole for its aspect is usually a render or a scan, but can be a photo that
+        happens to have a card's aspect: what the read on it does not settle is read again as an
+        upload."""
         if self._text is None:
             on_card = self.sure_of_card and not self.cheap
             source = self.image if on_card or self.upload is None else self.upload
-            if on_card and self.upload is not None and self.localisation is not None:
+            whole = self.localisation is not None and self.localisation.method == "whole-image"
+            if on_card and self.upload is not None and self.localisation is not None and not whole:
                 source = card_with_margin(self.upload, self.localisation, CARD_MARGIN, CARD_MIN_SIDE)
             self._text = read_card_text(source, self._confirms, cheap=self.cheap, on_card=on_card)
+            if on_card and whole and not self._confirms(self._text):
+                self._text = read_card_text(self.upload if self.upload is not None else self.image,
+                                            self._confirms, cheap=self.cheap)
         return self._text
 
     def _confirms(self, text: CardText) -> bool:
