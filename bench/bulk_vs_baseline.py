@@ -16,6 +16,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import sqlite3
 import statistics
 import subprocess
 import sys
@@ -56,10 +57,12 @@ def seeded(tree: Path, work: Path, cards: int, seed: int) -> tuple[Path, Path]:
     subprocess.run([*command, "db", "upgrade"], env=env, cwd=tree, check=True, capture_output=True)
     subprocess.run([*command, "seed", "--cards", str(cards), "--seed", str(seed), "--out", str(images / "corpus")],
                    env=env, cwd=tree, check=True, capture_output=True)
+    with sqlite3.connect(work / "template.sqlite") as conn:  # the seed's writes into the file the drains copy
+        conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
     return work / "template.sqlite", images
 
 
-def drain(tree: Path, url: str, images: Path, workers: int) -> dict[str, float]:
+def drain(tree: Path, url: str, images: Path, workers: int, cards: int) -> dict[str, float]:
     """One ``stage-e bulk --stage all`` over the catalogue at ``url``, with ``stage_e_dagster`` from ``tree``."""
     if tree == ROOT:
         engine = make_engine(url)
@@ -74,7 +77,10 @@ def drain(tree: Path, url: str, images: Path, workers: int) -> dict[str, float]:
     seconds = time.perf_counter() - started
     if bulk.returncode != 0:
         raise SystemExit(f"bulk from {tree} failed (exit {bulk.returncode}):\n{stdout[-2000:]}\n{stderr[-2000:]}")
-    json.loads(stdout)  # the report: bulk finished and said so
+    report = json.loads(stdout)  # bulk finished and said what it did
+    done = (report.get("stage_c") or report).get("attempted", 0)
+    if done < cards:
+        raise SystemExit(f"bulk from {tree} read {done} of {cards} cards: {stdout[-1500:]}")
     engine = plain_engine(url)
     left = backlog(engine)
     engine.dispose()
@@ -103,7 +109,7 @@ def main() -> None:
                  for name in (("baseline", "this tree") if rep % 2 == 0 else ("this tree", "baseline"))]
         rates: dict[str, list[float]] = {name: [] for name in trees}
         for i, name in enumerate(order):
-            result = drain(trees[name], fresh_copy(template, work, f"drain{i}"), images, args.workers)
+            result = drain(trees[name], fresh_copy(template, work, f"drain{i}"), images, args.workers, args.cards)
             rate = args.cards / result["seconds"]
             rates[name].append(rate)
             print(f"[{name}] {args.cards} cards in {result['seconds']:.1f} s: {rate:.2f} cards/s; "

@@ -242,14 +242,16 @@ def report(corpus: str, images: list[Image], new: ArmResult, today: ArmResult | 
     profile_table(corpus, {"new": new, **({"today": today} if today is not None else {})})
     printed = sum(1 for im in images if im.number)
     median, p90, read, wrong = figures(new)
-    print(f"[{corpus}, {len(images)} images] new reader: CPU per card median {median:.3f} s, p90 {p90:.3f} s; "
+    mean = statistics.fmean(new.cpu.values())
+    print(f"[{corpus}, {len(images)} images] new reader: CPU per card median {median:.3f} s, p90 {p90:.3f} s, "
+          f"mean {mean:.3f} s; "
           f"collector numbers read right {read}/{printed}, read wrong {wrong}; worker peak RSS {new.peak_rss_mb:.0f} MB")
-    out = {"median_s": median, "p90_s": p90, "read": read, "wrong": wrong, "printed": printed,
+    out = {"median_s": median, "p90_s": p90, "mean_s": mean, "read": read, "wrong": wrong, "printed": printed,
            "peak_rss_mb": new.peak_rss_mb}
     if today is not None:
         t_median, t_p90, t_read, t_wrong = figures(today)
         print(f"[{corpus}, {len(images)} images] today's reader: CPU per card median {t_median:.3f} s, "
-              f"p90 {t_p90:.3f} s; collector numbers read right {t_read}/{printed}, read wrong {t_wrong}; "
+              f"p90 {t_p90:.3f} s, mean {statistics.fmean(today.cpu.values()):.3f} s; collector numbers read right {t_read}/{printed}, read wrong {t_wrong}; "
               f"worker peak RSS {today.peak_rss_mb:.0f} MB")
         print(f"[{corpus}] ratio new / today: CPU per card median {median / t_median:.2f}, p90 {p90 / t_p90:.2f}; "
               f"numbers read {read} vs {t_read}")
