@@ -114,7 +114,7 @@ class Settings(BaseSettings):
     state_dir: Path = Field(default_factory=lambda: Path(".state").resolve())
     database_url: str = Field("", validate_default=True)  # empty: a SQLite file in the state folder
     micro_batch_size: PositiveCount | None = None  # None: batches sized by work (batch_target_s); set: a fixed count
-    batch_target_s: Annotated[float, Field(ge=1)] = 60.0
+    batch_target_s: Annotated[float, Field(ge=1)] = 200.0
     # How long an idle card_created tick keeps watching for new cards before it returns (at most one
     # daemon pass, 4 s): a card landing meanwhile is batched within a quarter second, not at the next pass.
     arrival_wait_s: Annotated[float, Field(ge=0, le=MAX_ARRIVAL_WAIT_S)] = 3.5

@@ -15,6 +15,9 @@ so the last batches end together rather than leaving a slot idle. Dealt batches 
 (a card's cost is known only once it ran), so a running batch with a slot idle beside it and nothing
 waiting hands the last cards it has not started to a batch of their own (``tail_to_split``,
 ``dispatch/tail.py``).
+
+The target is work, not cards (200 s by default), so a run's start-up stays about 2 % of its batch
+however cheap a card gets, up to the 500-card ceiling.
 """
 
 from __future__ import annotations
@@ -38,16 +41,11 @@ MIN_BATCHES_PER_TICK = 8
 # when cards turn out nearly free (Stage D only, or skipped as current).
 MIN_BATCH_CARDS = 1
 MAX_BATCH_CARDS = 500
-# Seconds per card before any batch has succeeded: Stage C plus Stage D on a local image, measured
-# at 0.086-0.096 in 150-card batches on a quiet 2-core machine with Tesseract in process. The PP-OCR
-# reader costs 0.5-0.9 s a card (bench/stage_c.py), so a first backlog now goes out in batches about
-# seven times the target's length; measured batches size the next ones. Kept low on purpose: a first
-# batch too big runs past the target once (its claims renewed, a trip still stopping it at its next
-# card), while batches too small cost every slot another run's start-up (RUN_START_S). Which costs a
-# backlog more at the PP-OCR rate was simulated, not measured: over a 1,000-card drain's per-card
-# costs (mean 0.84 s, deviation 0.6 s) and 3.5 s a run's start, the 2 x 500 this guess gives ended
-# sooner on average than 4 x 250 or batches shrinking with the backlog (bench/README.md).
-DEFAULT_SECONDS_PER_CARD = 0.1
+# Seconds per card before any batch has succeeded: Stage C with the PP-OCR reader plus Stage D, the CPU
+# per card of `stage-e bulk --workers 2` over the 1,000-card seed corpus (0.72 s on 2026-12-06,
+# bench/bulk_vs_baseline.py; the Tesseract reader's 0.1 s was the figure here until then). Measured
+# batches size the next ones; this only sizes a first backlog.
+DEFAULT_SECONDS_PER_CARD = 0.7
 # A dispatch run's start-up before its first line of user code: the queue launching it to the
 # worker's RUN_START, a new process importing Dagster, OpenCV and the project (measured
 # ~4 s on a quiet 2-core machine, 4.4-7 s under load by bench/scale.py). A trickle or a backlog's

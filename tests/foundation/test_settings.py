@@ -9,7 +9,7 @@ def test_defaults_ship_streaming_off_with_the_documented_values(tmp_path: Path) 
     s = load_settings({"STAGE_E_STATE_DIR": str(tmp_path)})
     assert s.streaming_enabled is False
     assert s.micro_batch_size is None  # batches sized by work
-    assert s.batch_target_s == 60.0
+    assert s.batch_target_s == 200.0
     assert s.arrival_wait_s == 3.5  # an idle card_created tick watches for new cards this long
     assert s.max_concurrent_dispatches == max(1, int(usable_cpus()))  # one dispatch run per usable CPU
     assert s.cpu_pressure_ceiling == 75.0 and s.cpu_pressure_soft_bar == 25.0
