@@ -41,11 +41,12 @@ MIN_BATCHES_PER_TICK = 8
 # when cards turn out nearly free (Stage D only, or skipped as current).
 MIN_BATCH_CARDS = 1
 MAX_BATCH_CARDS = 500
-# Seconds per card before any batch has succeeded: Stage C with the PP-OCR reader plus Stage D, the CPU
-# per card of `stage-e bulk --workers 2` over the 1,000-card seed corpus (0.72 s on 2026-12-06,
-# bench/bulk_vs_baseline.py; the Tesseract reader's 0.1 s was the figure here until then). Measured
-# batches size the next ones; this only sizes a first backlog.
-DEFAULT_SECONDS_PER_CARD = 0.7
+# Seconds per card before any batch has succeeded: what a worker's Stage C spent per card of the seed
+# corpus with the reader of issue 39 (0.42 s median, 0.44 s mean on 2026-12-06; the Tesseract reader's
+# 0.1 s was the figure here until then). The low side on purpose: `stage-e bulk --workers 2` spent
+# 0.72 s of CPU a card with Stage D and its processes, and a first batch too big only runs past the
+# target once. Measured batches size the next ones; this only sizes a first backlog.
+DEFAULT_SECONDS_PER_CARD = 0.4
 # A dispatch run's start-up before its first line of user code: the queue launching it to the
 # worker's RUN_START, a new process importing Dagster, OpenCV and the project (measured
 # ~4 s on a quiet 2-core machine, 4.4-7 s under load by bench/scale.py). A trickle or a backlog's

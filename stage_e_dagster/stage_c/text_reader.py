@@ -522,7 +522,7 @@ def _closer_on_card(bgr: np.ndarray, frame: _Frame, rows: list[list[_Box]],
     else:
         wanted = [(bottom - height * CARD_BAND, bottom, "collector")]
     if not title_read and (len(rows) > COLLECTOR_ROWS or not rows):
-        first_bottom = max((b.depth + b.height for b in rows[0]), default=top + height * CARD_BAND)
+        first_bottom = max((b.depth + b.height for b in rows[0]), default=top) if rows else top + height * CARD_BAND
         wanted.append((top, min(bottom, first_bottom + height * ROW_SLACK), "title"))
     crops, placed = [], []
     for band_top, band_bottom, end in wanted:

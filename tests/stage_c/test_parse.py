@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from stage_e_dagster.catalog.collector_line import marked_years, normalize_collector_number
-from stage_e_dagster.stage_c.parse import parse_artist, parse_artist_after_language, parse_legal
+from stage_e_dagster.stage_c.parse import parse_artist, parse_artist_after_language, parse_legal, prints_no_number
 
 
 def test_artist_and_legal() -> None:
@@ -68,3 +68,13 @@ def test_artist_in_capitals_after_the_language(line: str, name: str) -> None:
 def test_capitals_that_are_not_a_name() -> None:
     assert parse_artist_after_language("DMU \u2022 EN PROXY NOT FOR SALE") is None
     assert parse_artist("ILLUS. TM") == (None, False)
+
+
+def test_a_legal_line_from_before_1998_says_the_frame_prints_no_number() -> None:
+    """Collector numbers were first printed in 1998 (Exodus): a legal line whose every year is earlier
+    settles the reader's look for one; a range reaching 1998 or later, or no legal line, does not."""
+    assert prints_no_number(["Illus. Dan Frazier", "\u00a9 1995 Wizards of the Coast, Inc."])
+    assert prints_no_number(["Illus. \u00a9 1994 Jesper Myrfors"])
+    assert not prints_no_number(["TM & \u00a9 1993-2010 Wizards of the Coast LLC 137/248"])
+    assert not prints_no_number(["Illus. Dan Frazier", "1995"])  # a bare year is not a legal line
+    assert not prints_no_number(["Gary Leach", "2/1"])

@@ -158,3 +158,51 @@ def test_the_rows_above_the_collector_line_are_read_only_when_its_last_two_confi
     both = read_card_text(photo, lambda text: asked.append(len(text.rows("collector"))) or next(answers))
     assert both.passes == ("ends",) and len(asked) == 2 and asked[1] > asked[0]
     assert set(near.rows("collector")) <= set(both.rows("collector"))
+
+
+@pytest.mark.skipif(not (REAL_PHOTOS_2 / "labels.csv").is_file(),
+                    reason=f"real photos not present at {REAL_PHOTOS_2} (evaluation input kept outside the project)")
+def test_a_card_read_on_its_own_still_sees_a_card_beside_it() -> None:
+    """A webcam photo of a card with part of another beside it: the localiser is sure of the one card,
+    and the read on that card alone sees one card's text; the upload's lines spread over more than one
+    card's width, so the upload is several cards and nothing read on it may vote."""
+    data = (REAL_PHOTOS_2 / "multi_afr-090_black-dragon_plus-partial-card_webcam.jpg").read_bytes()
+    result = compute_evidence("h", data, latency_ms=1.0, lexicon=frozenset({"afr"}))
+    assert result.fields["localisation_method"] == "several-cards"
+    assert result.skip_reasons["card_localisation"] == "several-cards"
+
+
+def test_recognising_crops_together_reads_each_as_it_reads_alone() -> None:
+    """One call per look, but never a batch that pads a crop more than it would be alone: padding to a
+    wider neighbour changed what the recogniser read (a slash lost in a legal line's number)."""
+    import numpy as np
+
+    from stage_e_dagster.stage_c import text_model
+
+    p = modern(4)
+    card = np.asarray(render_card(p, Variant(height=900), noise_seed=5).convert("RGB"))[:, :, ::-1]
+    h, w = card.shape[:2]
+    crops = [np.ascontiguousarray(card[y:y + 40, x0:x1]) for y, x0, x1 in
+             ((int(h * 0.045), int(w * 0.08), int(w * 0.6)), (int(h * 0.56), int(w * 0.08), int(w * 0.4)),
+              (int(h * 0.66), int(w * 0.08), int(w * 0.92)), (int(h * 0.93), int(w * 0.05), int(w * 0.3)))]
+    together = text_model.recognise(crops)
+    alone = [text_model.recognise([crop])[0] for crop in crops]
+    assert [r.text for r in together] == [r.text for r in alone]
+    assert any(r.text for r in together)
+    assert len(text_model._batches(crops)) < len(crops)  # the narrow ones did share a batch
+
+
+def test_an_upright_card_is_read_without_asking_the_direction_classifier(monkeypatch: pytest.MonkeyPatch) -> None:
+    """On a card the localiser found, lines gathered in its lower half say it is upright: the classifier
+    is asked only when they do not (a card turned over still reads, test above)."""
+    from stage_e_dagster.stage_c import text_model
+
+    asked: list[int] = []
+    real = text_model.upside_down
+    monkeypatch.setattr(text_model, "upside_down", lambda crops: asked.append(len(crops)) or real(crops))
+    p = modern(2)
+    photo = on_a_table(render_card(p, Variant(height=900), noise_seed=4), 0)
+    fields = compute_evidence("h", png(photo), latency_ms=1.0, lexicon=LEXICON).fields
+    assert fields["localisation_method"] == "contour"
+    assert (fields["collector_number"], fields["collector_set_code"]) == (p.collector_number, p.set_code.lower())
+    assert asked == []
