@@ -25,20 +25,13 @@ import time
 from pathlib import Path
 
 from _support import TreeCpu, backlog, fresh_copy, plain_engine
+from stage_c import BASELINE_REV, baseline_tree
 
 from stage_e_dagster.catalog.engine import make_engine
 from stage_e_dagster.catalog.migrate import upgrade
 
 ROOT = Path(__file__).resolve().parents[1]
-BASELINE_REV = "914afec"  # main before issue 39: the PP-OCRv6 small reader on the whole upload
 TARGET_RATIO = 2.5
-
-
-def baseline_tree(rev: str, into: Path) -> Path:
-    archive = subprocess.run(["git", "-C", str(ROOT), "archive", rev, "stage_e_dagster"], capture_output=True,
-                             check=True).stdout
-    subprocess.run(["tar", "-x", "-C", str(into)], input=archive, check=True)
-    return into
 
 
 def stage_e(tree: Path, url: str, images: Path) -> tuple[list[str], dict[str, str]]:

@@ -287,11 +287,25 @@ def _rows_of(boxes: list[_Box]) -> list[list[_Box]]:
 
 
 def _recognise(bgr: np.ndarray, boxes: list[tuple[_Box, str]]) -> list[TextLine]:
-    crops = [_crop(bgr, box.corners) for box, _ in boxes]
+    return _read_crops([_crop(bgr, box.corners) for box, _ in boxes], boxes)
+
+
+def _read_crops(crops: list[np.ndarray], boxes: list[tuple[_Box, str]]) -> list[TextLine]:
+    """The lines of ``boxes`` (each with its end) from their crops, recognised in one call; a crop that
+    reads nothing gives no line."""
     texts = text_model.recognise(crops)
     return [TextLine(t.text.strip(), round(t.score, 4), round(b.across, 1), round(b.depth, 1), round(b.width, 1),
                      round(b.height, 1), end)
             for (b, end), t in zip(boxes, texts) if t.text.strip()]
+
+
+def _spread(boxes: list[_Box]) -> tuple[int, float]:
+    """How many lines run with the text, and how far they reach across it in longest lines (0 when none)."""
+    aligned = [b for b in boxes if b.runs_with_text]
+    if not aligned:
+        return 0, 0.0
+    reach = max(b.across + b.width for b in aligned) - min(b.across for b in aligned)
+    return len(aligned), reach / max(b.width for b in aligned)
 
 
 def _has_title(rows: list[list[_Box]]) -> bool:
@@ -430,10 +444,8 @@ def read_card_text(image: Image.Image, confirms: Confirms | None = None, *, chea
         frame = _Frame(-along, -down)
     result = CardText(rotation=_quarter_turns(angle), angle_deg=round(angle, 2), detected=len(boxes),
                       on_card=on_card)
-    aligned = [b for b in boxes if b.runs_with_text]
-    if aligned:
-        reach = max(b.across + b.width for b in aligned) - min(b.across for b in aligned)
-        result.spread, result.aligned = round(reach / max(b.width for b in aligned), 3), len(aligned)
+    aligned, spread = _spread(boxes)
+    result.aligned, result.spread = aligned, round(spread, 3)
     rows = _rows_of(boxes)
     if on_card:
         _, _, top, bottom = frame.extent(bgr.shape[1], bgr.shape[0])
@@ -530,10 +542,7 @@ def _closer_on_card(bgr: np.ndarray, frame: _Frame, rows: list[list[_Box]],
         found = _band_boxes(band, scale, band_top, left, end)
         crops += [_crop(band, b.corners) for b, _ in found]
         placed += found
-    texts = text_model.recognise(crops)
-    return [TextLine(t.text.strip(), round(t.score, 4), round(b.across, 1), round(b.depth, 1), round(b.width, 1),
-                     round(b.height, 1), end)
-            for (b, end), t in zip(placed, texts) if t.text.strip()]
+    return _read_crops(crops, placed)
 
 
 def _closer_on_text_region(bgr: np.ndarray, frame: _Frame, boxes: list[_Box], rows: list[list[_Box]], *,
@@ -570,11 +579,8 @@ def lines_side_by_side(upload: Image.Image) -> bool:
     small, scale = _resized(_to_bgr(upload), SEVERAL_CARDS_SIDE)
     raw = text_model.detect(small)
     along, down = _frame(text_direction(raw))
-    aligned = [b for b in _boxes(raw, scale, np.zeros(2, dtype=np.float32), along, down) if b.runs_with_text]
-    if len(aligned) < SIDE_BY_SIDE_LINES:
-        return False
-    reach = max(b.across + b.width for b in aligned) - min(b.across for b in aligned)
-    return reach / max(b.width for b in aligned) >= SIDE_BY_SIDE_SPREAD
+    aligned, spread = _spread(_boxes(raw, scale, np.zeros(2, dtype=np.float32), along, down))
+    return CardText(aligned=aligned, spread=spread).side_by_side
 
 
 def _cheap_read(bgr: np.ndarray) -> CardText:
