@@ -32,7 +32,7 @@ from stage_e_dagster.defs.instance import (
     WORKSPACE_YAML,
     create_instance_storage,
 )
-from stage_e_dagster.process_groups import reset_signals, stop_group
+from stage_e_dagster.process_groups import start_group, stop_group
 
 BIN = Path(sys.executable).parent
 PG_SERVER = os.environ.get("STAGE_E_BENCH_PG_URL", "postgresql+psycopg2://postgres@127.0.0.1:5432/postgres")
@@ -158,9 +158,8 @@ def running_daemon(env: dict[str, str], log_path: Path,
     its code server); stopped on exit (SIGTERM to its process group, SIGKILL after 30 s), which also
     ends a code server it started and any run worker that server launched."""
     with open(log_path, "ab") as log:
-        daemon = subprocess.Popen([str(BIN / "dagster-daemon"), "run", "-w", str(workspace)], env=env,
-                                  cwd=PROJECT_ROOT, stdout=log, stderr=subprocess.STDOUT,
-                                  preexec_fn=reset_signals)
+        daemon = start_group([str(BIN / "dagster-daemon"), "run", "-w", str(workspace)], env=env,
+                             cwd=PROJECT_ROOT, stdout=log, stderr=subprocess.STDOUT)
     try:
         yield daemon
     finally:
@@ -179,8 +178,8 @@ def serving_code(env: dict[str, str], log_path: Path, folder: Path,
     workspace = folder / f"workspace-{port}.yaml"
     workspace.write_text(grpc_workspace(port))
     with open(log_path, "ab") as log:
-        server = subprocess.Popen(grpc_server_command(port), env=env, cwd=PROJECT_ROOT, stdout=log,
-                                  stderr=subprocess.STDOUT, preexec_fn=reset_signals)
+        server = start_group(grpc_server_command(port), env=env, cwd=PROJECT_ROOT, stdout=log,
+                             stderr=subprocess.STDOUT)
     try:
         deadline = time.monotonic() + timeout_s
         while not code_server_answers(port):

@@ -69,7 +69,7 @@ from stage_e_dagster.defs.dagster_internals import (
 )
 from stage_e_dagster.defs.instance import EMBEDDED_INSTANCE_YAML, PROJECT_ROOT, WORKSPACE_YAML, create_instance_storage
 from stage_e_dagster.defs.run_ends import runs_in_progress
-from stage_e_dagster.process_groups import kill_what_is_left, reset_signals, stop_group
+from stage_e_dagster.process_groups import kill_what_is_left, start_group, stop_group
 
 BIN = Path(sys.executable).parent
 FINISHED = {"COMPLETED", "COMPLETED_SUCCESS", "COMPLETED_FAILED", "FAILED", "CANCELED"}
@@ -126,10 +126,10 @@ class Drill:
     def start_server(self, module: str = MODULE) -> None:
         lazy = [] if module == MODULE else ["--lazy-load-user-code"]
         with open(self.server_log, "ab") as log:
-            self.server = subprocess.Popen(
+            self.server = start_group(
                 [str(BIN / "dagster"), "api", "grpc", "-h", HOST, "-p", str(self.port), "-m", module,
                  "--location-name", LOCATION, *lazy],
-                env=self.env, cwd=PROJECT_ROOT, stdout=log, stderr=subprocess.STDOUT, preexec_fn=reset_signals)
+                env=self.env, cwd=PROJECT_ROOT, stdout=log, stderr=subprocess.STDOUT)
         self.groups.append(self.server.pid)
         self.wait(lambda: code_server_answers(self.port), 180, "the code server to answer")
 
@@ -173,14 +173,13 @@ class Drill:
             command = dagster_command(DG_CLI_MODULE, "dev", "-w", str(self.workspace), "-h", HOST,
                                       "-p", str(self.port))
             with open(self.daemon_log, "ab") as log:
-                self.daemon = subprocess.Popen(command, env=self.env, cwd=self.folder, stdout=log,
-                                               stderr=subprocess.STDOUT, preexec_fn=reset_signals)
+                self.daemon = start_group(command, env=self.env, cwd=self.folder, stdout=log,
+                                          stderr=subprocess.STDOUT)
             self.wait(self.ui_answers, 240, "dg dev's UI to answer")
             return
         with open(self.daemon_log, "ab") as log:
-            self.daemon = subprocess.Popen([str(BIN / "dagster-daemon"), "run", "-w", str(self.workspace)],
-                                           env=self.env, cwd=PROJECT_ROOT, stdout=log, stderr=subprocess.STDOUT,
-                                           preexec_fn=reset_signals)
+            self.daemon = start_group([str(BIN / "dagster-daemon"), "run", "-w", str(self.workspace)],
+                                      env=self.env, cwd=PROJECT_ROOT, stdout=log, stderr=subprocess.STDOUT)
 
     def sweep(self) -> None:
         done = subprocess.run([str(BIN / "stage-e"), "sweep"], env=self.env, capture_output=True, text=True,

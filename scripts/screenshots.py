@@ -34,7 +34,7 @@ from playwright.sync_api import Page, sync_playwright
 from stage_e_dagster.cli.demo import stop_process_group
 from stage_e_dagster.code_server import free_port
 from stage_e_dagster.defs.checks import NO_OPEN_TRIP
-from stage_e_dagster.process_groups import reset_signals
+from stage_e_dagster.process_groups import start_group
 
 BIN = Path(sys.executable).parent
 CHROMIUM = "/usr/bin/chromium"
@@ -113,8 +113,8 @@ def start_demo(state: Path, cards: int) -> Demo:
     port = free_port()
     log = state.parent / "demo.log"
     with open(log, "wb") as out:
-        proc = subprocess.Popen([str(BIN / "stage-e"), "demo", "--cards", str(cards), "--port", str(port)],
-                                env=env, stdout=out, stderr=subprocess.STDOUT, preexec_fn=reset_signals)
+        proc = start_group([str(BIN / "stage-e"), "demo", "--cards", str(cards), "--port", str(port)],
+                           env=env, stdout=out, stderr=subprocess.STDOUT)
     return Demo(env, f"http://127.0.0.1:{port}", proc, log)
 
 

@@ -35,7 +35,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from stage_e_dagster.code_server import code_server_answers, code_server_command, grpc_workspace, port_taken
-from stage_e_dagster.process_groups import group_alive, reset_signals, stop_pgid
+from stage_e_dagster.process_groups import group_alive, start_group, stop_pgid
 
 PROJECT_ROOT = Path(__file__).resolve().parents[1]
 POSTGRES_INSTANCE_YAML = PROJECT_ROOT / "deploy" / "dagster.postgres.yaml"
@@ -106,9 +106,8 @@ class Topology:
         if self.pid(service) is not None:
             raise TopologyError(f"{service} is already running (pid {self.pid(service)})")
         with open(self.log(service), "ab") as log:
-            process = subprocess.Popen(self.command(service), env=env, cwd=self.root, stdout=log,
-                                       stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                       preexec_fn=reset_signals)
+            process = start_group(self.command(service), env=env, cwd=self.root, stdout=log,
+                                  stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
         self.pid_file(service).write_text(str(process.pid))
         return process.pid
 

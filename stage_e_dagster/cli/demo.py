@@ -35,7 +35,7 @@ from ..envelope.signals import CpuPressure
 from ..evaluation.labels import load_labels
 from ..evaluation.stage_c import evaluate_stage_c
 from ..evaluation.stage_d import evaluate_stage_d
-from ..process_groups import kill_what_is_left, reset_signals, signal_group, wait_group_gone
+from ..process_groups import kill_what_is_left, signal_group, start_group, wait_group_gone
 from ..settings import Settings
 from .context import catalog_engine, settings
 from .errors import CliError
@@ -247,7 +247,7 @@ def demo(
         # without its SupersessionWarning, and no pyproject.toml needed (an installed wheel has none).
         cmd = dagster_command(DG_CLI_MODULE, "dev", "-w", workspace, "-h", UI_HOST, "-p", str(port))
         typer.echo(f"starting dg dev: UI on http://{UI_HOST}:{port} (Ctrl-C stops it)")
-        ui = subprocess.Popen(cmd, env=env, preexec_fn=reset_signals)
+        ui = start_group(cmd, env=env)
         interrupted = False
         try:
             ui.wait()
@@ -265,12 +265,11 @@ def demo(
     log_path = cfg.state_dir / "demo-daemon.log"
     typer.echo(f"starting the Dagster daemon headless (log: {log_path})")
     with open(log_path, "ab") as log:
-        daemon = subprocess.Popen(
+        daemon = start_group(
             daemon_command(workspace),
             env=env,
             stdout=log,
             stderr=subprocess.STDOUT,
-            preexec_fn=reset_signals,
         )
     started = time.monotonic()
     last_line = ""

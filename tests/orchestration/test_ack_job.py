@@ -19,7 +19,7 @@ from stage_e_dagster.defs.envelope_asset import ENVELOPE_KEY
 from stage_e_dagster.defs.hold import pool_limit
 from stage_e_dagster.defs.instance import PROJECT_ROOT, WORKSPACE_YAML
 from stage_e_dagster.envelope.trips import acknowledge_trip, current_open_trip, open_trip
-from stage_e_dagster.process_groups import reset_signals, stop_group
+from stage_e_dagster.process_groups import start_group, stop_group
 
 from .conftest import Pipeline, free_port
 from .test_daemon import BIN, Stack
@@ -190,13 +190,12 @@ class Webserver:
     def __init__(self, env: dict[str, str], log: Path) -> None:
         self.port = free_port()
         with open(log, "ab") as out:
-            self.process = subprocess.Popen(
+            self.process = start_group(
                 [str(BIN / "dagster-webserver"), "-w", str(WORKSPACE_YAML), "-h", "127.0.0.1", "-p", str(self.port)],
                 env=env,
                 cwd=PROJECT_ROOT,
                 stdout=out,
                 stderr=subprocess.STDOUT,
-                preexec_fn=reset_signals,
             )
 
     def graphql(self, query: str, **variables: object) -> dict:

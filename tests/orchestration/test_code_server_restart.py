@@ -24,7 +24,7 @@ from stage_e_dagster.code_server import HOST, LOCATION, MODULE, code_server_answ
 from stage_e_dagster.defs.abandoned import BACKFILL_FINISHED
 from stage_e_dagster.defs.dagster_internals import backfill_status
 from stage_e_dagster.defs.instance import PROJECT_ROOT
-from stage_e_dagster.process_groups import kill_what_is_left, reset_signals, stop_group
+from stage_e_dagster.process_groups import kill_what_is_left, start_group, stop_group
 
 from .test_daemon import BIN, Stack, assert_no_duplicates, sqlite_stack_for
 
@@ -52,8 +52,8 @@ class CodeServers:
         command = [str(BIN / "dagster"), "api", "grpc", "-h", HOST, "-p", str(self.port), "-m", module,
                    "--location-name", LOCATION, *lazy]
         with open(self.log, "ab") as log:
-            self.process = subprocess.Popen(command, env=self.env, cwd=PROJECT_ROOT, stdout=log,
-                                            stderr=subprocess.STDOUT, preexec_fn=reset_signals)
+            self.process = start_group(command, env=self.env, cwd=PROJECT_ROOT, stdout=log,
+                                       stderr=subprocess.STDOUT)
         self.groups.append(self.process.pid)
         deadline = time.monotonic() + 180
         while not code_server_answers(self.port):

@@ -40,7 +40,7 @@ from stage_e_dagster.defs.max_runtime import max_runtime_exceeded
 from stage_e_dagster.defs.partitions import micro_batches
 from stage_e_dagster.defs.run_ends import runs_in_progress
 from stage_e_dagster.dispatch.batches import PARKED_KEY
-from stage_e_dagster.process_groups import reset_signals, stop_group
+from stage_e_dagster.process_groups import start_group, stop_group
 from tests.conftest import create_pg_database, drop_pg_database
 
 from .conftest import ImageServer
@@ -103,13 +103,12 @@ class Stack:
     def start(self, workspace: Path = WORKSPACE_YAML) -> None:
         """The daemon on ``workspace``: the project's own by default, where the daemon starts its code server."""
         with open(self.log, "ab") as log:
-            self.process = subprocess.Popen(
+            self.process = start_group(
                 [str(BIN / "dagster-daemon"), "run", "-w", str(workspace)],
                 env=self.env,
                 cwd=PROJECT_ROOT,
                 stdout=log,
                 stderr=subprocess.STDOUT,
-                preexec_fn=reset_signals,
             )
 
     def stop(self) -> None:

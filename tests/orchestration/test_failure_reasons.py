@@ -22,7 +22,7 @@ from dagster import AssetsDefinition, DagsterEventType, DagsterInstance, Dagster
 from stage_e_dagster.code_server import code_server_answers
 from stage_e_dagster.defs.partitions import micro_batches
 from stage_e_dagster.defs.run_failures import MAX_REASON_CHARS, WORKER_DIED, failure_reason_of
-from stage_e_dagster.process_groups import reset_signals, stop_group
+from stage_e_dagster.process_groups import start_group, stop_group
 
 from .conftest import Pipeline, free_port
 
@@ -171,13 +171,12 @@ def code_server(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[tup
     env["DAGSTER_HOME"] = str(home)
     port = free_port()
     log = open(tmp_path / "code_server.log", "ab")
-    server = subprocess.Popen(
+    server = start_group(
         [str(BIN / "dagster"), "api", "grpc", "-f", str(tmp_path / "killable.py"), "-a", "defs", "-p", str(port)],
         env=env,
         cwd=tmp_path,
         stdout=log,
         stderr=subprocess.STDOUT,
-        preexec_fn=reset_signals,
     )
     try:
 

@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 
 from stage_e_dagster.defs.instance import EMBEDDED_INSTANCE_YAML, PROJECT_ROOT, create_instance_storage
-from stage_e_dagster.process_groups import reset_signals, stop_group
+from stage_e_dagster.process_groups import start_group, stop_group
 
 from .conftest import free_port
 
@@ -72,9 +72,8 @@ class Services:
         create_instance_storage(self.home)
         for name, command in self.commands.items():
             with open(self.log(name), "ab") as log:
-                self.processes[name] = subprocess.Popen(
+                self.processes[name] = start_group(
                     command, env=self.env, cwd=PROJECT_ROOT, stdout=log, stderr=subprocess.STDOUT,
-                    preexec_fn=reset_signals,
                 )
 
     def settled(self) -> bool:
