@@ -4,6 +4,7 @@ a stop that starts no card and wastes at most the bound, and a 403 met ahead tha
 from __future__ import annotations
 
 import threading
+from functools import partial
 from pathlib import Path
 
 import pytest
@@ -12,9 +13,15 @@ from sqlalchemy.orm import Session
 
 from stage_e_dagster.catalog.models import Card, FetchOutcome, ImageEvidence
 from stage_e_dagster.stage_c.fetch import FetchLockout, FetchResult, ImageFetcher
-from stage_e_dagster.stage_c.run import FETCH_AHEAD, run_stage_c
+from stage_e_dagster.stage_c.run import FETCH_AHEAD
+from stage_e_dagster.stage_c.run import run_stage_c as _run_stage_c
 
 from .conftest import make_fetcher
+
+# What is under test here is the run around the reader (fetches, outcomes, stops, fetching ahead), not
+# what the reader reads: its cheap pass (settings.ocr_pass, as in every test through settings) keeps
+# each card short. The full pass is for the reader's own tests (test_text_reader.py, stage_d/test_corpus.py).
+run_stage_c = partial(_run_stage_c, ocr_pass="cheap")
 
 
 class Recording:

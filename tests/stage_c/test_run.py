@@ -7,6 +7,7 @@ import io
 import logging
 import time
 from datetime import timedelta
+from functools import partial
 from pathlib import Path
 
 import pytest
@@ -25,9 +26,14 @@ from stage_e_dagster.stage_c.fetch import REFUSING_SETTINGS
 from stage_e_dagster.stage_c.manifest import MANIFEST_VERSIONS
 from stage_e_dagster.stage_c.persist import THROTTLE_BASE_S, THROTTLE_CAP_S
 from stage_e_dagster.stage_c.rollout import rollout_step
-from stage_e_dagster.stage_c.run import run_stage_c
+from stage_e_dagster.stage_c.run import run_stage_c as _run_stage_c
 
 from .conftest import make_fetcher
+
+# What is under test here is the run around the reader (fetches, outcomes, stops, throttles, staleness), not
+# what the reader reads: its cheap pass (settings.ocr_pass, as in every test through settings) keeps
+# each card short. The full pass is for the reader's own tests (test_text_reader.py, stage_d/test_corpus.py).
+run_stage_c = partial(_run_stage_c, ocr_pass="cheap")
 
 
 def add_card(engine: sa.Engine, locator: str, *, name: str = "Card", declared: str | None = None) -> int:
