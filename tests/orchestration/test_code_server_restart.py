@@ -135,7 +135,9 @@ def sweep_through_a_code_server_outage(stack: Stack, servers: CodeServers, works
 def test_a_sweep_outlives_its_code_server_killed_and_back_failing_to_load(
     corpus_template: Path, tmp_path: Path
 ) -> None:
-    stack = sqlite_stack_for(corpus_template, tmp_path, batch_size=2, cap=1)
+    # Ten cards in four batches (3, 3, 3, 1), one run at a time: when the first run has finished, three
+    # are queued, so the kill lands between runs with more to come and the outage meets a dequeue.
+    stack = sqlite_stack_for(corpus_template, tmp_path, batch_size=3, cap=1)
     servers = CodeServers(stack.env, tmp_path / "code-server.log")
     workspace = tmp_path / "workspace.yaml"
     workspace.write_text(grpc_workspace(servers.port))
