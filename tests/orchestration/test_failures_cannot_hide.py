@@ -21,7 +21,7 @@ from stage_e_dagster.catalog.models import CardClaim, EnvelopeTrip, ImageEvidenc
 from stage_e_dagster.defs.run_ends import runs_in_progress
 from stage_e_dagster.dispatch.batches import PARKED_KEY
 
-from .test_daemon import Stack, assert_no_duplicates, sqlite_stack_for
+from .test_daemon import Stack, assert_no_duplicates, sensor_ticks, sqlite_stack_for
 
 pytestmark = pytest.mark.slow
 
@@ -63,6 +63,18 @@ def _failed_batches(stack: Stack) -> list[tuple[str, int, str, datetime]]:
             sa.select(MicroBatch.batch_key, MicroBatch.attempt, MicroBatch.failure_reason, MicroBatch.finished_at)
             .where(MicroBatch.status == "failed").order_by(MicroBatch.finished_at)
         ).all()]
+
+
+def _wait_for_a_sensor_pass(stack: Stack, since: float) -> None:
+    """Until the dispatch and envelope sensors have each finished a tick begun after ``since``."""
+    instance = stack.instance()
+    try:
+        stack.wait_until(
+            lambda: all(any(t.timestamp > since and t.status.value != "STARTED" for t in sensor_ticks(instance, name))
+                        for name in ("card_created_sensor", "envelope_trip_sensor")),
+            timeout_s=120, what="a dispatch and an envelope sensor tick begun with the trip open")
+    finally:
+        instance.dispose()
 
 
 def _tried_before(log: Path, when: datetime) -> int:
@@ -115,7 +127,8 @@ def test_a_broken_model_opens_one_trip_naming_it_and_after_the_fix_and_the_ack_e
         assert read == 0
         if fault == "load":
             assert _parked(stack) > 0
-        time.sleep(6)  # a sensor pass with the trip open: still one trip, nothing dispatched
+        # A whole pass of the dispatch and envelope sensors with the trip open: still one trip.
+        _wait_for_a_sensor_pass(stack, since=time.time())
         assert len(_trips(stack)) == 1
 
         flag.unlink()  # the fix
