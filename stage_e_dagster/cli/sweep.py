@@ -7,8 +7,9 @@ from typing import Annotated
 import typer
 
 from ..definitions import defs
-from ..defs.hold import dispatch_cap, release_hold
+from ..defs.hold import release_hold
 from ..defs.instance import open_instance
+from ..defs.run_queue import dispatch_cap
 from ..defs.sweep import SweepRefused, launch_sweep
 from .context import catalog_engine, settings
 from .errors import CliError

@@ -19,8 +19,8 @@ from sqlalchemy.orm import Session
 
 from ..catalog.models import MicroBatch
 from .dagster_internals import existing_partitions, partitions_unfinished_backfills_target, runs
-from .hold import ACTIVE_STATUSES
 from .partitions import micro_batches
+from .run_queue import ACTIVE_STATUSES
 from .tags import PARTITION_TAG
 
 

@@ -13,12 +13,14 @@ row, and the next tick finishes the job: every 0 this project sets has a row tha
 The pool's limit row is never deleted, only set: Dagster's dequeue pass reads the pools that have a
 row before it creates a missing one at ``default_limit``, so the pass that finds it missing ignores
 the pool and launches every queued run the run queue's own ``max_concurrent_runs`` lets through.
+
+Which dispatch runs are going and what the pool's limit is are read in ``defs/run_queue.py``.
 """
 
 from __future__ import annotations
 
 import sqlalchemy as sa
-from dagster import DagsterInstance, DagsterRun, DagsterRunStatus, RunsFilter
+from dagster import DagsterInstance, DagsterRunStatus
 
 from ..catalog.base import utcnow
 from ..catalog.engine import session_scope
@@ -26,42 +28,13 @@ from ..catalog.models import EnvelopeTrip, PoolControl
 from ..dispatch.batches import abandon
 from ..dispatch.steering import pool_control, standing_concurrency
 from . import dagster_internals
-from .tags import BACKFILL_TAG, DISPATCH_POOL, DISPATCH_TAG, PARTITION_TAG
-
-# Queued or going: every status Dagster counts as not finished (a canceling run still holds its slot
-# and may still be writing).
-ACTIVE_STATUSES = dagster_internals.NOT_FINISHED_STATUSES
-# Runs of the run queue's own cap (``max_concurrent_runs``) kept free of dispatch: the acknowledge job a
-# person launches during a trip.
-ACK_ROOM = 1
-
-
-def pool_limit(instance: DagsterInstance) -> int | None:
-    """The pool's own limit; ``None`` while it has none and the instance's ``default_limit`` applies."""
-    return dagster_internals.pool_limit(instance, DISPATCH_POOL)
+from .run_queue import active_dispatch_runs, pool_limit
+from .tags import BACKFILL_TAG, DISPATCH_POOL, PARTITION_TAG
 
 
 def _set_pool_limit(instance: DagsterInstance, limit: int) -> None:
     if pool_limit(instance) != limit:
         dagster_internals.set_pool_limit(instance, DISPATCH_POOL, limit)
-
-
-def dispatch_cap(instance: DagsterInstance, cap: int) -> int:
-    """``cap`` (``STAGE_E_MAX_CONCURRENT_DISPATCHES``), at most the run queue's ``max_concurrent_runs`` less
-    the acknowledge job's room: dispatch never fills the queue's cap, so the ack job always starts."""
-    backstop = dagster_internals.run_queue_limit(instance)
-    return cap if backstop is None else max(1, min(cap, backstop - ACK_ROOM))
-
-
-def is_dispatch_run(run: DagsterRun) -> bool:
-    return run.tags.get(DISPATCH_TAG) == "micro-batch"
-
-
-def active_dispatch_runs(instance: DagsterInstance, statuses: list[DagsterRunStatus] | None = None) -> list[DagsterRun]:
-    """Dispatch runs queued or going. Filtered by status (an indexed column, and few runs are active),
-    then by tag in Python: a tag every dispatch run carries would make the query read all history."""
-    runs = dagster_internals.runs(instance, RunsFilter(statuses=statuses or ACTIVE_STATUSES))
-    return [run for run in runs if is_dispatch_run(run)]
 
 
 def hold_dispatch(instance: DagsterInstance, engine: sa.Engine, *, trip_id: str, reason: str) -> int:

@@ -13,9 +13,9 @@ from pathlib import Path
 
 from dagster import DagsterInstance
 
+from ..dispatch.slots import ACK_ROOM
 from ..instance_files import INSTANCE_YAML, read_instance_file
 from ..settings import Settings
-from .hold import ACK_ROOM
 
 PROJECT_ROOT = Path(__file__).resolve().parents[2]
 EMBEDDED_INSTANCE_YAML = PROJECT_ROOT / "dagster.yaml"

@@ -21,8 +21,8 @@ from ..dispatch.lifecycle import EXPIRE, RENEW, REQUEST, REQUEST_GRACE, expire_l
 from ..settings import Settings
 from .dagster_internals import backfill_is_requested
 from .dagster_internals import runs as dagster_runs
-from .hold import ACTIVE_STATUSES
 from .run_ends import ENDED, settle_run_end
+from .run_queue import ACTIVE_STATUSES
 from .tags import PARTITION_TAG
 from .unstarted import fail_unstarted_runs
 

@@ -19,7 +19,7 @@ from datetime import datetime, timedelta
 from dagster import DagsterInstance
 
 from . import dagster_internals
-from .hold import is_dispatch_run
+from .run_queue import is_dispatch_run
 
 # What the bound is when the instance turns Dagster's own start check off (``start_timeout_seconds: 0``).
 DEFAULT_START_BOUND_S = 180

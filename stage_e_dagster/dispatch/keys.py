@@ -23,5 +23,11 @@ def retry_key(root_key: str, attempt: int) -> str:
     return f"{root_key.split('-r')[0]}-r{attempt}"
 
 
+def run_key(batch_key: str, request_count: int) -> str:
+    """The run key of a batch's ``request_count``-th request: a run key is never reusable, even after a
+    failed run, so a batch requested again carries the number of that request."""
+    return batch_key if request_count <= 1 else f"{batch_key}@{request_count}"
+
+
 def is_batch_key(key: str) -> bool:
     return bool(_KEY.match(key))

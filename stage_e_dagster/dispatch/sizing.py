@@ -23,7 +23,7 @@ however cheap a card gets, up to the 500-card ceiling.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime
 
 import sqlalchemy as sa
@@ -88,6 +88,12 @@ def max_batches_per_tick(settings: Settings) -> int:
     """Batches one tick may create: one per slot of ``STAGE_E_MAX_CONCURRENT_DISPATCHES`` (at least
     ``MIN_BATCHES_PER_TICK``), so every slot of a 16- or 64-core host can start from one tick."""
     return max(MIN_BATCHES_PER_TICK, settings.max_concurrent_dispatches)
+
+
+def within_tick(plan: BatchPlan, settings: Settings, *, requested: int) -> BatchPlan:
+    """``plan`` with no more new batches than the tick still has room for beside the ``requested`` batches
+    it requests again: ``max_batches_per_tick`` in all."""
+    return replace(plan, max_batches=min(plan.max_batches, max_batches_per_tick(settings) - requested))
 
 
 def history_query() -> sa.Select[tuple[datetime | None, datetime | None, int]]:

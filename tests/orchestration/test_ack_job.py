@@ -16,8 +16,8 @@ from stage_e_dagster.catalog.models import EnvelopeTrip
 from stage_e_dagster.definitions import defs
 from stage_e_dagster.defs.checks import NO_OPEN_TRIP
 from stage_e_dagster.defs.envelope_asset import ENVELOPE_KEY
-from stage_e_dagster.defs.hold import pool_limit
 from stage_e_dagster.defs.instance import PROJECT_ROOT, WORKSPACE_YAML
+from stage_e_dagster.defs.run_queue import pool_limit
 from stage_e_dagster.envelope.trips import acknowledge_trip, current_open_trip, open_trip
 from stage_e_dagster.process_groups import start_group, stop_group
 

@@ -19,10 +19,9 @@ from stage_e_dagster.catalog.models import MicroBatch
 from stage_e_dagster.definitions import defs
 from stage_e_dagster.defs import dagster_internals as internals
 from stage_e_dagster.defs import run_failures
-from stage_e_dagster.defs.hold import ACTIVE_STATUSES
 from stage_e_dagster.defs.partitions import micro_batches
 from stage_e_dagster.defs.run_ends import ENDED, NOT_ENDED
-from stage_e_dagster.defs.sensors.dispatching import RUNNING
+from stage_e_dagster.defs.run_queue import ACTIVE_STATUSES, RUNNING
 from stage_e_dagster.defs.sweep import launch_sweep
 from stage_e_dagster.settings import load_settings
 

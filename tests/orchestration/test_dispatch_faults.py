@@ -26,9 +26,10 @@ from stage_e_dagster.catalog.models import ImageEvidence, MicroBatch, PoolContro
 from stage_e_dagster.cli.main import app
 from stage_e_dagster.definitions import defs
 from stage_e_dagster.defs.envelope_asset import read_envelope
-from stage_e_dagster.defs.hold import active_dispatch_runs, hold_dispatch, pool_limit, release_hold
+from stage_e_dagster.defs.hold import hold_dispatch, release_hold
 from stage_e_dagster.defs.ledger import ledger_entries
 from stage_e_dagster.defs.resources import StageEResource
+from stage_e_dagster.defs.run_queue import active_dispatch_runs, pool_limit
 from stage_e_dagster.defs.tags import DISPATCH_POOL, DISPATCH_TAG, PARTITION_TAG
 from stage_e_dagster.dispatch.batches import fail_and_retry, get_batch, take_batch
 from stage_e_dagster.envelope.trips import acknowledge_trip, open_trip

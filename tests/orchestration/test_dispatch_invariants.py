@@ -17,7 +17,7 @@ from stage_e_dagster.catalog import models
 from stage_e_dagster.catalog.engine import session_scope
 from stage_e_dagster.catalog.models import Card, EnvelopeTrip, FetchOutcome, ImageEvidence, MicroBatch
 from stage_e_dagster.definitions import defs
-from stage_e_dagster.defs.hold import pool_limit
+from stage_e_dagster.defs.run_queue import pool_limit
 from stage_e_dagster.defs.tags import DISPATCH_POOL
 from stage_e_dagster.envelope.trips import acknowledge_trip, open_trip
 from stage_e_dagster.stage_c.manifest import MANIFEST_VERSIONS

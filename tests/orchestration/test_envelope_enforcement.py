@@ -12,8 +12,8 @@ from dagster import AssetKey, DagsterRun, DagsterRunStatus, SensorResult
 from stage_e_dagster.catalog.base import utcnow
 from stage_e_dagster.catalog.engine import session_scope
 from stage_e_dagster.catalog.models import CardClaim, EnvelopeTrip, MicroBatch, ScanLog
-from stage_e_dagster.defs.hold import pool_limit
 from stage_e_dagster.defs.run_ends import settle_run_end
+from stage_e_dagster.defs.run_queue import pool_limit
 from stage_e_dagster.defs.tags import DISPATCH_TAG, PARTITION_TAG
 from stage_e_dagster.dispatch.batches import PARKED_KEY, take_batch
 from stage_e_dagster.envelope.fetch_window import record_fetch_outcome

@@ -24,7 +24,7 @@ from stage_e_dagster.catalog.engine import session_scope
 from stage_e_dagster.catalog.models import Card, CardClaim, EnvelopeTrip, PoolControl
 from stage_e_dagster.definitions import defs
 from stage_e_dagster.defs.contention import steer_by_contention
-from stage_e_dagster.defs.hold import pool_limit
+from stage_e_dagster.defs.run_queue import pool_limit
 from stage_e_dagster.defs.sweep import launch_sweep
 from stage_e_dagster.defs.tags import DISPATCH_POOL, dispatch_tags
 from stage_e_dagster.envelope.fetch_window import record_fetch_outcome

@@ -30,8 +30,9 @@ from stage_e_dagster.catalog.engine import session_scope
 from stage_e_dagster.catalog.models import MicroBatch, PoolControl
 from stage_e_dagster.definitions import defs
 from stage_e_dagster.defs import dagster_internals as internals
-from stage_e_dagster.defs.hold import active_dispatch_runs, hold_dispatch, pool_limit, release_hold
+from stage_e_dagster.defs.hold import release_hold
 from stage_e_dagster.defs.instance import EMBEDDED_INSTANCE_YAML
+from stage_e_dagster.defs.run_queue import active_dispatch_runs, pool_limit
 from stage_e_dagster.defs.tags import DISPATCH_POOL, DISPATCH_TAG, PARTITION_TAG
 from stage_e_dagster.envelope.trips import acknowledge_trip, open_trip
 
@@ -258,7 +259,7 @@ def test_the_dispatch_cap_stops_at_the_most_slots_dagster_allows_a_pool() -> Non
 
 
 def test_the_dispatch_cap_leaves_the_run_queue_room_for_the_acknowledge_job(queued: Pipeline) -> None:
-    from stage_e_dagster.defs.hold import dispatch_cap
+    from stage_e_dagster.defs.run_queue import dispatch_cap
 
     backstop = internals.run_queue_limit(queued.instance)
     assert dispatch_cap(queued.instance, 16) == backstop - 1 and dispatch_cap(queued.instance, 1) == 1

@@ -46,8 +46,9 @@ from ..checks import trip_verdict
 from ..dagster_internals import runs as dagster_runs
 from ..envelope_asset import read_envelope
 from ..heartbeat import beat
-from ..hold import ACTIVE_STATUSES, dispatch_cap, hold_dispatch, is_dispatch_run, release_hold
+from ..hold import hold_dispatch, release_hold
 from ..run_ends import ENDED, settle_run_end
+from ..run_queue import ACTIVE_STATUSES, dispatch_cap, is_dispatch_run
 from ..sensor_context import sensor_instance, sensor_resource
 from ..tags import PARTITION_TAG
 from .dispatching import EVERY_DAEMON_PASS_S
