@@ -442,10 +442,12 @@ def test_a_trip_holds_a_sweeps_queued_runs_every_tick_and_they_run_after_the_ack
 ) -> None:
     """A sweep's queued runs are held (pool at 0), not cancelled: a cancelled backfill run would fail
     its partition for good, and the backfill would read COMPLETED_FAILED with nothing failed."""
-    stack = sqlite_stack_for(corpus_template, tmp_path, batch_size=1, cap=1)
+    # Ten cards in five two-card runs, one at a time: a run or two may start before the hold, and at
+    # least two stay queued behind it (with one-card runs, the eight or so after the ack ran one by one).
+    stack = sqlite_stack_for(corpus_template, tmp_path, batch_size=2, cap=1)
     try:
         cards = stack.counts()["cards"]
-        instance, backfill_id, count = sweep_under_way(stack)  # one backfill: a queue of one-card runs
+        instance, backfill_id, count = sweep_under_way(stack)  # one backfill: a queue of two-card runs
         opened = stack.stage_e("trips", "open", "--note", "maintenance window")
         assert opened.returncode == 0, opened.stderr
         trip_id = opened.stdout.split()[1]
