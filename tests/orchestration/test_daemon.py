@@ -570,8 +570,10 @@ def test_a_sweep_outlives_a_trip_longer_than_its_claim_lease_and_the_retention_g
     engine = make_engine(url)
     seed_corpus(engine, tmp_path / "corpus", cards=100, seed=31)
     engine.dispose()
+    # Ten batches of ten, two runs at a time: when the first run has finished most are still queued for
+    # the trip to hold (batches of five made twenty runs, each a run worker's start for five cards).
     stack = Stack(tmp_path, url, tmp_path / "corpus",
-                  extra_env={"STAGE_E_MICRO_BATCH_SIZE": "5", "STAGE_E_MAX_CONCURRENT_DISPATCHES": "2",
+                  extra_env={"STAGE_E_MICRO_BATCH_SIZE": "10", "STAGE_E_MAX_CONCURRENT_DISPATCHES": "2",
                              "STAGE_E_CLAIM_TTL_S": "10", "STAGE_E_ABANDONED_GRACE_S": "1"})
     try:
         cards = stack.counts()["cards"]
