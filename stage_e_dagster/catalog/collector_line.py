@@ -123,6 +123,10 @@ _SLASH_MISREAD = re.compile(
     rf"(?<![0-9A-Za-z/+\-])([0-9OIlSB]{{1,4}})\s*[,.]\s*([0-9OIlSB]{{3}})\s*[{RARITY_LETTERS}](?![A-Za-z])")
 # A lone number and a rarity letter, on a line of its own or before the set token: "311 R".
 _LONE_NUMBER = re.compile(rf"(?<![0-9A-Za-z/,.])([0-9]{{1,4}}[a-z]?)\s+[{RARITY_LETTERS}](?![A-Za-z0-9])")
+# The same number whose rarity letter, a small glyph apart from it, was not read: a row holding only a
+# number of three or four digits ("312"; a planeswalker's loyalty or a power has one or two) and not a
+# year, above the set-and-language token with at most the legal line between them.
+_BARE_NUMBER = re.compile(r"\s*([0-9]{3,4}[a-z]?)\s*")
 # The legal line: a line holding one of these words or marks.
 _LEGAL = re.compile(r"wizards|coast|\bllc\b|\binc\b|\u00a9|\(c\)|\u2122|\bTM\b", re.IGNORECASE)
 # ("01993": a copyright mark read as a zero.)
@@ -274,6 +278,10 @@ def parse_collector_rows(rows: list[str], set_codes: frozenset[str] | None = Non
             if match is not None:
                 number, form = number_key(match.group(1)), FORM_LONE
                 break
+        else:
+            bare = _bare_number_above(rows, token_row)
+            if bare is not None:
+                number, form = number_key(bare), FORM_LONE
     if number is None:
         for row in rows:
             year = _YEAR.search(row)
@@ -291,6 +299,18 @@ def parse_collector_rows(rows: list[str], set_codes: frozenset[str] | None = Non
                 number, form = number_key(match.group(1)), FORM_LEGAL
                 break
     return LineParse(number, form, total, set_code, known, repaired, language)
+
+
+def _bare_number_above(rows: list[str], token_row: int) -> str | None:
+    """A row of only a three- or four-digit number just above the set token row, or above the legal line
+    that lies just above it (the legal line on the right can sit a little higher than the token)."""
+    above = token_row - 1
+    if above >= 0 and _LEGAL.search(rows[above]):
+        above -= 1
+    match = _BARE_NUMBER.fullmatch(rows[above]) if above >= 0 else None
+    if match is None or _YEAR.fullmatch(match.group(1)):  # a year split from its legal line is no number
+        return None
+    return match.group(1)
 
 
 _WIZARDS = re.compile(r"wizards", re.IGNORECASE)

@@ -27,20 +27,22 @@ MANIFEST_VERSIONS: MappingProxyType[str, str] = MappingProxyType(
         # bottom band), so every extractor fed by the text, and the 180 turn and several-cards call it
         # makes for the localisation, moved to a new version. Issue 39: the text is read on the card when
         # the localiser is sure of it (word boxes in the card's frame), closer only where the catalogue
-        # confirms nothing, so the same extractors moved again.
-        "card_localisation": "card-localisation-v4",  # v4: the 180 turn from the text read on the card
+        # confirms nothing, so the same extractors moved again; and again when each crop was recognised at its
+        # own width (not padded to 320 px) and a number read without its rarity letter or an early credit
+        # settled the read.
+        "card_localisation": "card-localisation-v5",  # v5: the 180 turn and several cards from the text as now read
         "geometry_bleed": "geometry-bleed-v2",
         "layout_class": "layout-class-v3",  # v3: the confidence is the reading's own agreement too
         "crop_coordinates": "crop-coordinates-v2",
-        "collector_line_ocr": "collector-line-ocr-v6",  # v6: read on the card, closer in a narrow band
-        "collector_line_word_boxes": "collector-line-word-boxes-v4",  # v4: boxes in the card's frame when read on it
-        "artist_ocr": "artist-ocr-v5",  # v5: from the rows read on the card
+        "collector_line_ocr": "collector-line-ocr-v7",  # v7: crops at their own width; "312" above "AFR • EN" is a number
+        "collector_line_word_boxes": "collector-line-word-boxes-v5",  # v5: boxes of the read as now made
+        "artist_ocr": "artist-ocr-v6",  # v6: from the rows as now read
         "symbol_region": "symbol-region-v2",
         "art_phash": "art-phash-v2",
-        "legal_line": "legal-line-v6",  # v6: from the rows read on the card; a pre-1998 line settles the read
+        "legal_line": "legal-line-v7",  # v7: an early credit ("Illus. ©Name") settles the read too
         "quality_signals": "quality-signals-v2",
         "color_profile": "color-profile-v2",
-        "title_ocr": "title-ocr-v3",  # v3: on a card, only rows where its title prints
+        "title_ocr": "title-ocr-v4",  # v4: crops at their own width
     }
 )
 

@@ -101,8 +101,15 @@ FIRST_NUMBERED_YEAR = 1998
 _ANY_YEAR = re.compile(r"(?<!\d)(?:19|20)\d{2}(?!\d)")
 
 
+# The credit of 1993-1994 frames, a copyright mark before the artist's name ("Illus. \u00a9Anson Maddocks"):
+# those frames print neither a legal line nor a number.
+_EARLY_CREDIT = re.compile(rf"{_ILLUS_ANCHOR}\s*(?:\u00a9|\(c\))")
+
+
 def prints_no_number(rows: list[str]) -> bool:
-    """Whether the collector end's rows show a legal line from before collector numbers were printed:
-    a row with the legal line's words whose years all precede ``FIRST_NUMBERED_YEAR``."""
+    """Whether the collector end's rows show a frame from before collector numbers were printed: a row
+    with the legal line's words whose years all precede ``FIRST_NUMBERED_YEAR``, or the early credit."""
+    if any(_EARLY_CREDIT.search(row) for row in rows):
+        return True
     years = [int(y) for row in rows if LEGAL_WORDS.search(row) for y in _ANY_YEAR.findall(row)]
     return bool(years) and max(years) < FIRST_NUMBERED_YEAR

@@ -39,11 +39,14 @@ _M_MMAP_THRESHOLD = -3  # mallopt's parameter number in glibc's <malloc.h>
 DET_FILE = ("rapidocr", "models/PP-OCRv6_det_small.onnx")
 REC_FILE = ("rapidocr", "models/PP-OCRv6_rec_small.onnx")
 CLS_FILE = ("rapidocr", "models/ch_ppocr_mobile_v2.0_cls_mobile.onnx")
-# Recognition runs the crops no wider than the model's own input (REC_ASPECT, 320 x 48) together, each
-# padded to that input as it would be alone, and every wider crop alone: in one batch the recogniser pads
-# each crop to the batch's widest, which cost CPU and changed what it read (bench/README.md).
-REC_ASPECT = 320 / 48
-REC_BATCH = 6
+# Recognition reads each crop alone (in one batch the recogniser pads each crop to the batch's widest,
+# which cost CPU and changed what it read; batching saved nothing: four crops of 320 px, 121 ms in one
+# call, 124 ms one by one). rapidocr pads every crop to the model's 320 px input (MODEL_WIDTH), and the
+# recogniser's cost grows with the width: the first look gives a crop only its own width (at least
+# REC_MIN_WIDTH); the closer look, the careful one, pads as the model was trained (a blurred "268/364 M"
+# read "208 364 M" at its own 208 px, right at 288 px and more). bench/README.md has the figures.
+MODEL_WIDTH = 320
+REC_MIN_WIDTH = 64
 
 
 def _libc() -> Any:
@@ -180,23 +183,24 @@ def upside_down(crops: Sequence[np.ndarray]) -> list[tuple[bool, float]]:
     return [(str(label) == "180", float(score)) for label, score in out.cls_res]
 
 
-def _batches(crops: Sequence[np.ndarray]) -> list[list[int]]:
-    """Indices of ``crops`` in recognition batches: those no wider than the model's input together (up
-    to REC_BATCH a batch), every wider one alone."""
-    narrow = [i for i, crop in enumerate(crops) if crop.shape[1] <= REC_ASPECT * crop.shape[0]]
-    wide = [[i] for i, crop in enumerate(crops) if crop.shape[1] > REC_ASPECT * crop.shape[0]]
-    return [narrow[k:k + REC_BATCH] for k in range(0, len(narrow), REC_BATCH)] + wide
+def _input(rec: Any, crop: np.ndarray, min_width: int) -> tuple[np.ndarray, float]:
+    """The recogniser's input for one crop: scaled to the model's height and padded to at least
+    ``min_width`` (a wider crop keeps its own width, as rapidocr gives it)."""
+    _, height, _ = rec.rec_image_shape
+    ratio = crop.shape[1] / crop.shape[0]
+    return rec.resize_norm_img(crop, max(ratio, min_width / height))[np.newaxis, :].astype(np.float32), ratio
 
 
-def recognise(crops: Sequence[np.ndarray]) -> list[Recognised]:
-    """The text of each line crop (horizontal, upright), in order."""
-    from rapidocr.ch_ppocr_rec import TextRecInput
-
-    readable = [i for i, crop in enumerate(crops) if crop.shape[0] >= 4 and crop.shape[1] >= 4]
+def recognise(crops: Sequence[np.ndarray], *, padded: bool = False) -> list[Recognised]:
+    """The text of each line crop (horizontal, upright), in order, each read alone: at its own width, or
+    ``padded`` to the model's input width as rapidocr pads it."""
     found = [Recognised("", 0.0)] * len(crops)
-    model = models().rec
-    for batch in _batches([crops[i] for i in readable]):
-        out = model(TextRecInput(img=[crops[readable[k]] for k in batch]))
-        for k, text, score in zip(batch, out.txts, out.scores):
-            found[readable[k]] = Recognised(str(text), float(score))
+    rec = models().rec
+    for i, crop in enumerate(crops):
+        if crop.shape[0] < 4 or crop.shape[1] < 4:
+            continue
+        tensor, ratio = _input(rec, crop, MODEL_WIDTH if padded else REC_MIN_WIDTH)
+        (text, score), *_ = rec.postprocess_op(rec.session(tensor), False, wh_ratio_list=[ratio],
+                                               max_wh_ratio=tensor.shape[3] / tensor.shape[2])[0]
+        found[i] = Recognised(str(text), float(score))
     return found

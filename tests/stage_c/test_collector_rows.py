@@ -97,3 +97,18 @@ def test_the_bottom_lines_of_two_cards_are_several_cards() -> None:
     assert shows_several_cards(["C 0125 EOE \u2022 EN ... C 0185 EOE \u2022 EN"], SETS | {"eoe"})
     assert shows_several_cards(["TM & \u00a9 2012 Wizards 113/274   TM & \u00a9 2012 Wizards 134/158"], SETS)
     assert not shows_several_cards(["171/274 C", "BFZ\u00b7EN TM & \u00a9 2015 Wizards of the Coast"], SETS)
+
+
+def test_a_number_whose_rarity_letter_was_not_read_is_still_the_number() -> None:
+    """The 2019+ frames print "312 C" above "AFR \u2022 EN"; the rarity letter is a small glyph apart from the
+    number, and the first look often finds the number's box alone, with the legal line between it and
+    the set row (as read on afr-312 and khm-311). Before, that confirmed nothing and paid a closer look.
+    A loyalty or a power (one or two digits) and a year split from its legal line are no number."""
+    rows = ["312", "&  2021 Wizards of the Coast", "AFR \u00bb EN PHIL STONE"]
+    parse = parse_collector_rows(rows, SETS | {"afr"})
+    assert (parse.number, parse.form, parse.set_code) == ("312", FORM_LONE, "afr")
+    assert parse_collector_rows(["0311", "KHM\u2022 EN RICHARD LUONG"], SETS | {"khm"}).number == "311"
+    assert parse_collector_rows(["5", "KHM\u2022 EN RICHARD LUONG"], SETS | {"khm"}).number is None
+    assert parse_collector_rows(["2021", "KHM\u2022 EN RICHARD LUONG"], SETS | {"khm"}).number is None
+    # Only just above the set row: a number in the rules text further up is not the collector number.
+    assert parse_collector_rows(["312", "Flavor text.", "AFR \u2022 EN PHIL STONE"], SETS | {"afr"}).number is None

@@ -78,3 +78,14 @@ def test_a_legal_line_from_before_1998_says_the_frame_prints_no_number() -> None
     assert not prints_no_number(["TM & \u00a9 1993-2010 Wizards of the Coast LLC 137/248"])
     assert not prints_no_number(["Illus. Dan Frazier", "1995"])  # a bare year is not a legal line
     assert not prints_no_number(["Gary Leach", "2/1"])
+
+
+def test_the_early_credit_says_the_frame_prints_no_number() -> None:
+    """The 1993-1994 frames (Alpha to Revised, as read on 2ed-244 and 3ed-123) print a copyright mark before
+    the artist's name and neither a legal line nor a number: the credit alone settles the read, where
+    before both paid a closer look (and Revised the wide one too) for nothing."""
+    assert prints_no_number(["an unblocked creature.", "Illus. \u00a9 Dan Frazier"])
+    assert prints_no_number(["Illus. \u00a9\u00b7Anson Maddocks"])
+    assert prints_no_number(["llus. (c)Anson Maddocks"])
+    assert not prints_no_number(["Illus. Anson Maddocks"])
+    assert not prints_no_number(["Illus. Dan Frazier \u00a9 1999 Wizards of the Coast 12/143"])
