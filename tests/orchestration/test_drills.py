@@ -32,7 +32,8 @@ CLI_TIMEOUT_S = 300
 @pytest.mark.slow
 def test_raw_sql_writes_behind_a_running_daemon_lose_no_card(corpus_template: Path, tmp_path: Path) -> None:
     """What the old code lost: evidence whose Stage D never ran, and an image changed by raw SQL."""
-    stack = sqlite_stack_for(corpus_template, tmp_path)
+    # The first drain only sets the scene: two runs of five cards, not five of two.
+    stack = sqlite_stack_for(corpus_template, tmp_path, batch_size=5)
     try:
         stack.start()
         stack.wait_until(stack.idle, timeout_s=DRAIN_TIMEOUT_S, what="the seeded backlog to drain")
