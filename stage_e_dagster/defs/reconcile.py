@@ -17,7 +17,7 @@ from dagster import AssetObservation, DagsterInstance, DagsterRun, RunsFilter
 from ..catalog.engine import session_scope
 from ..catalog.models import MicroBatch
 from ..dispatch.batches import lease_renewal_due, renew_lease, request_again
-from ..dispatch.lifecycle import EXPIRE, RENEW, REQUEST, REQUEST_GRACE, expire_lease, next_step
+from ..dispatch.lifecycle import EXPIRE, RENEW, REQUEST, REQUEST_GRACE, backfill_to_rejoin, expire_lease, next_step
 from ..settings import Settings
 from .dagster_internals import backfill_is_requested
 from .dagster_internals import runs as dagster_runs
@@ -34,9 +34,11 @@ RECONCILE_LIMIT = 100
 @dataclass
 class Reconciled:
     """What a pass found. ``due`` holds the batches to request, as read and not yet marked: the tick
-    marks (``request_due``) only as many as it emits, once it knows it emits any."""
+    marks (``request_due``) only as many as it emits, once it knows it emits any. ``backfills``: the
+    sweep backfill each of them is requested in (``dispatch.lifecycle.backfill_to_rejoin``), by key."""
 
     due: list[MicroBatch] = field(default_factory=list)
+    backfills: dict[str, str] = field(default_factory=dict)
     observations: list[AssetObservation] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
 
@@ -93,8 +95,8 @@ def reconcile(instance: DagsterInstance, engine: sa.Engine, settings: Settings, 
         ended = [run for run in its_runs if run.status in ENDED]
         if not going and _settle_ended(engine, instance, settings, ended, done):
             continue
-        step = next_step(batch, run_going=going, run_ended=bool(ended), now=now,
-                         backfill_launching=lambda: _backfill_launching(instance, batch.backfill_id, backfills))
+        launching = lambda: _backfill_launching(instance, batch.backfill_id, backfills)  # noqa: E731
+        step = next_step(batch, run_going=going, run_ended=bool(ended), now=now, backfill_launching=launching)
         if step == RENEW:
             _renew(engine, batch, until=lease, now=now)
         elif step == EXPIRE:
@@ -106,6 +108,9 @@ def reconcile(instance: DagsterInstance, engine: sa.Engine, settings: Settings, 
                 _request_retry(engine, lost.retry.batch_key if lost.retry else None, done)
         elif step == REQUEST:
             done.due.append(batch)
+            rejoin = backfill_to_rejoin(batch, backfill_launching=launching)
+            if rejoin is not None:
+                done.backfills[batch.batch_key] = rejoin
     return done
 
 

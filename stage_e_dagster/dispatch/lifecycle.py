@@ -132,12 +132,30 @@ def next_step(
         return RENEW
     if batch.status == "running":
         return EXPIRE if batch.lease_expires_at is not None and batch.lease_expires_at < now else WAIT
-    owned_by_sweep = batch.trigger_reason == SWEEP_TRIGGER and bool(batch.backfill_id) and batch.attempt == 1
+    owned_by_sweep = _owned_by_sweep(batch)
     if owned_by_sweep and not run_ended and backfill_launching():
         return RENEW
     if batch.requested_at is None or batch.requested_at < now - REQUEST_GRACE or run_ended or owned_by_sweep:
         return REQUEST
     return WAIT
+
+
+def _owned_by_sweep(batch: MicroBatch) -> bool:
+    """The batch is a sweep's own partition: its first attempt, under the key the backfill targets."""
+    return batch.trigger_reason == SWEEP_TRIGGER and bool(batch.backfill_id) and batch.attempt == 1
+
+
+def backfill_to_rejoin(batch: MicroBatch, *, backfill_launching: Callable[[], bool]) -> str | None:
+    """The backfill a batch requested again runs in: its sweep's, while that backfill is still going, else
+    none (a plain sensor run).
+
+    A sweep's run can fail before any step without taking its batch (its worker could not import the code:
+    a file saved half-way, a ``dg dev`` reload of broken code, while the code server still serves what it
+    loaded before). Dagster counts that partition failed, and only a materialization by a run of the same
+    backfill clears it (``asset_backfill._get_failed_asset_graph_subset`` subtracts what the backfill's runs
+    materialized); a backfill waits for every run carrying its id. Requested outside it, the cards are read
+    but the backfill ends COMPLETED_FAILED. A later attempt is a new key the backfill never targeted."""
+    return batch.backfill_id if _owned_by_sweep(batch) and backfill_launching() else None
 
 
 def expire_lease(session: Session, batch_key: str, *, now: datetime, max_attempts: int, claim_ttl_s: int) -> Failed:

@@ -7,14 +7,22 @@ from datetime import timedelta
 from stage_e_dagster.catalog.base import utcnow
 from stage_e_dagster.catalog.models import MicroBatch
 from stage_e_dagster.dispatch.backlog_walk import SWEEP_TRIGGER
-from stage_e_dagster.dispatch.lifecycle import EXPIRE, RENEW, REQUEST, REQUEST_GRACE, WAIT, next_step
+from stage_e_dagster.dispatch.lifecycle import (
+    EXPIRE,
+    RENEW,
+    REQUEST,
+    REQUEST_GRACE,
+    WAIT,
+    backfill_to_rejoin,
+    next_step,
+)
 
 NOW = utcnow()
 
 
 def batch(status: str = "pending", **values: object) -> MicroBatch:
-    values = {"trigger_reason": "card-created", **values}
-    return MicroBatch(batch_key="b", card_ids=[1], status=status, attempt=1, **values)
+    values = {"trigger_reason": "card-created", "attempt": 1, **values}
+    return MicroBatch(batch_key="b", card_ids=[1], status=status, **values)
 
 
 def step(b: MicroBatch, *, going: bool = False, ended: bool = False, launching: bool = False) -> str:
@@ -43,3 +51,14 @@ def test_a_sweeps_batch_waits_for_its_backfill_while_the_backfill_launches() -> 
     assert step(swept, launching=True) == RENEW
     assert step(swept, launching=False) == REQUEST  # the backfill launches no more: the sensors take it
     assert step(swept, launching=True, ended=True) == REQUEST
+
+
+def test_a_sweeps_batch_requested_again_rejoins_its_backfill_only_while_it_launches() -> None:
+    # Its run failed before taking it (a worker that could not import the code): requested again as a run
+    # of the same backfill, whose materialization clears the partition Dagster counted failed.
+    swept = batch(requested_at=NOW, trigger_reason=SWEEP_TRIGGER, backfill_id="bf")
+    assert backfill_to_rejoin(swept, backfill_launching=lambda: True) == "bf"
+    assert backfill_to_rejoin(swept, backfill_launching=lambda: False) is None  # finished: a plain sensor run
+    retry = batch(requested_at=NOW, trigger_reason=SWEEP_TRIGGER, backfill_id="bf", attempt=2)
+    assert backfill_to_rejoin(retry, backfill_launching=lambda: True) is None  # a key the backfill never targeted
+    assert backfill_to_rejoin(batch(requested_at=NOW), backfill_launching=lambda: True) is None

@@ -50,7 +50,7 @@ from ..reconcile import Reconciled, reconcile, request_due
 from ..resources import StageEResource
 from ..run_queue import dispatch_cap, read_run_queue
 from ..sensor_context import sensor_instance
-from ..tags import dispatch_tags
+from ..tags import BACKFILL_TAG, dispatch_tags
 
 # How often the dispatch and envelope sensors may tick: every pass of the sensor daemon. Its loop
 # takes at least 5 s (Dagster's MIN_INTERVAL_LOOP_TIME); a minimum interval of exactly 5 s skips
@@ -115,13 +115,14 @@ class Chosen:
     closed: str | None = None
 
 
-def run_request(settings: Settings, batch: MicroBatch) -> RunRequest:
-    """One run for the batch, keyed by the batch and the number of this request (``dispatch.keys.run_key``)."""
-    return RunRequest(
-        run_key=run_key(batch.batch_key, batch.request_count),
-        partition_key=batch.batch_key,
-        tags=dispatch_tags(settings, trigger_reason=batch.trigger_reason, attempt=batch.attempt),
-    )
+def run_request(settings: Settings, batch: MicroBatch, backfill_id: str | None = None) -> RunRequest:
+    """One run for the batch, keyed by the batch and the number of this request (``dispatch.keys.run_key``);
+    with ``backfill_id``, a run of that sweep backfill (Dagster's tag), so its materializations are the
+    backfill's and clear a partition an earlier run of it failed (``dispatch.lifecycle.backfill_to_rejoin``)."""
+    tags = dispatch_tags(settings, trigger_reason=batch.trigger_reason, attempt=batch.attempt)
+    if backfill_id is not None:
+        tags[BACKFILL_TAG] = backfill_id
+    return RunRequest(run_key=run_key(batch.batch_key, batch.request_count), partition_key=batch.batch_key, tags=tags)
 
 
 def dispatch_tick(
@@ -248,6 +249,7 @@ def batches_to_request(tick: Tick, limit: DispatchLimit, *, watch_s: float, star
         again = reconcile(tick.instance, tick.engine, tick.settings, now=now)
         tick.settled.observations += again.observations
         tick.settled.notes += again.notes
+        tick.settled.backfills.update(again.backfills)
         requeue += request_due(tick.engine, tick.settings, again.due, now=now, limit=per_tick - len(requeue))
     # Runs started or ended while the tick watched: plan the card with the runs and slots of now.
     return _new_batches(tick, requeue, slots_under(limit.governed, read_run_queue(tick.instance)), now=now)
@@ -288,7 +290,7 @@ def tick_result(tick: Tick, chosen: Chosen) -> SensorResult:
         seen = f" (newest seen id {seeds_after})" if tick.use_cursor else ""
         return tick.skip(f"no unclaimed cards waiting for {tick.trigger_reason}{seen}", cursor)
     return SensorResult(
-        run_requests=[run_request(tick.settings, b) for b in batches],
+        run_requests=[run_request(tick.settings, b, tick.settled.backfills.get(b.batch_key)) for b in batches],
         dynamic_partitions_requests=[micro_batches.build_add_request([b.batch_key for b in batches])],
         asset_events=tick.settled.observations,
         cursor=cursor,
