@@ -19,14 +19,17 @@ catalogue while the code server suffers, in turn, each fault of ``--faults``:
   * ``dg-dev-reload`` (its own topology: ``dg dev`` on a workspace whose ``python_file`` location
     imports the definitions): the location's file is broken and the location reloaded as the UI's
     Reload button does (GraphQL ``reloadRepositoryLocation``), kept broken until a backfill pass has
-    met it, then mended and reloaded again. What it shows (issue 40): the backfill stays REQUESTED and
-    its pass is skipped; but a run the queue launches while the file is broken starts a worker that
-    imports that file and fails ("Could not load job definition"), which Dagster counts as a failed
-    partition, so the backfill ends COMPLETED_FAILED and the drill exits 1 (docs/operations.md).
+    met it, then mended and reloaded again. The backfill stays REQUESTED and its pass is skipped; a run
+    the queue launches while the file is broken starts a worker that imports that file and fails before
+    any step ("Could not load job definition"), and a launch that reaches the location just as its load
+    failed is refused; the sensors request such a run's batch again as a run of the same backfill, whose
+    materialization clears the failed partition (docs/operations.md).
 
 Each fault starts once a sweep run has finished with others queued. Prints what each fault did and,
 at the end, the backfill's status, the runs by status and the evidence per card; exits 1 unless the
-backfill ended COMPLETED_SUCCESS with every card's evidence written once and no run cancelled or failed.
+backfill ended COMPLETED_SUCCESS with every card's evidence written once, no run cancelled, and no run
+failed other than one that failed before any step (a worker that could not load the code, a launch the
+location refused) and whose partition a later run of the backfill materialized.
 
     .venv/bin/python scripts/code_server_drill.py                       # 100 cards, kill then failed-load
     .venv/bin/python scripts/code_server_drill.py --cards 200 --faults kill --down-s 90
@@ -74,6 +77,10 @@ from stage_e_dagster.process_groups import kill_what_is_left, start_group, stop_
 BIN = Path(sys.executable).parent
 FINISHED = {"COMPLETED", "COMPLETED_SUCCESS", "COMPLETED_FAILED", "FAILED", "CANCELED"}
 REQUEUED = "Run dequeue failed to reach the user code server, re-submitting the run into the queue"
+COULD_NOT_LOAD = "Could not load job definition"  # a run worker that could not import the code (dagster/_grpc/impl.py)
+# The run queue's words for a launch that failed otherwise than by not reaching the location (for one, a code
+# server whose location failed to load before the daemon's watch saw it answers StartRun with an error).
+LAUNCH_FAILED = "Caught an unrecoverable error while dequeuing the run"
 PASS_SKIPPED = "will resume once it is available again"
 BROKEN_MODULE = "stage_e_dagster.no_such_module"
 LOCATION_FILE = "from stage_e_dagster.definitions import defs  # noqa: F401\n"
@@ -284,11 +291,33 @@ class Drill:
                                     ).all()
         once = sum(1 for _, n in per_card if n == 1)
         by_status = {s.value: self.runs(s) for s in DagsterRunStatus if self.runs(s)}
+        redone, other_failures = self.failed_runs()
         print(f"backfill {self.backfill_id}: {self.status()}; runs {by_status}; "
               f"{cards} cards, {once} with evidence once, {len(per_card) - once} more than once, "
-              f"{cards - len(per_card)} without", flush=True)
+              f"{cards - len(per_card)} without; failed before any step and redone in the backfill: "
+              f"{sum(redone.values())} {redone or ''}; other failed runs: {other_failures}", flush=True)
         return (self.status() == "COMPLETED_SUCCESS" and once == cards == len(per_card)
-                and not self.runs(DagsterRunStatus.CANCELED, DagsterRunStatus.FAILURE))
+                and not self.runs(DagsterRunStatus.CANCELED) and not other_failures)
+
+    def failed_runs(self) -> tuple[dict[str, int], int]:
+        """The backfill's failed runs: those that failed before any step (their batch never taken) and whose
+        partition a later run of the backfill materialized, by how they failed; and the number of others."""
+        every = runs(self.instance, RunsFilter(tags={"dagster/backfill": self.backfill_id}))
+        succeeded = {r.tags.get("dagster/partition") for r in every if r.status == DagsterRunStatus.SUCCESS}
+        redone: dict[str, int] = {}
+        other = 0
+        for run in every:
+            if run.status != DagsterRunStatus.FAILURE:
+                continue
+            stepped = run_events(self.instance, run.run_id, DagsterEventType.STEP_START, limit=1)
+            if stepped or run.tags.get("dagster/partition") not in succeeded:
+                other += 1
+                continue
+            engine = run_events(self.instance, run.run_id, DagsterEventType.ENGINE_EVENT)
+            how = ("worker could not load the code" if any(COULD_NOT_LOAD in e.message for e in engine)
+                   else "launch failed" if any(LAUNCH_FAILED in e.message for e in engine) else "other")
+            redone[how] = redone.get(how, 0) + 1
+        return redone, other
 
     def stop(self) -> None:
         if self.daemon is not None:
