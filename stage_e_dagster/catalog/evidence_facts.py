@@ -34,7 +34,8 @@ MANIFEST_VERSIONS: MappingProxyType[str, str] = MappingProxyType(
         "geometry_bleed": "geometry-bleed-v2",
         "layout_class": "layout-class-v3",  # v3: the confidence is the reading's own agreement too
         "crop_coordinates": "crop-coordinates-v2",
-        "collector_line_ocr": "collector-line-ocr-v7",  # v7: crops at their own width; "312" above "AFR • EN" is a number
+        # collector_line_ocr v7: crops at their own width; "312" above "AFR • EN" is a number.
+        "collector_line_ocr": "collector-line-ocr-v7",
         "collector_line_word_boxes": "collector-line-word-boxes-v5",  # v5: boxes of the read as now made
         "artist_ocr": "artist-ocr-v6",  # v6: from the rows as now read
         "symbol_region": "symbol-region-v2",

@@ -5,7 +5,6 @@ keeps pixels."""
 from __future__ import annotations
 
 import math
-
 import re
 from dataclasses import dataclass, field, replace
 from typing import Any, Callable
@@ -233,7 +232,8 @@ def _edge_bands(image: Image.Image, bleed_class: BleedClass | None) -> list[np.n
     left, top, right, bottom = trim_box(image.width, image.height, bleed_class)
     arr = np.asarray(image)[top:bottom, left:right]  # only the bands become floats, not the whole card
     w = arr.shape[1]
-    by_inset = [[band.astype(np.float32) for band in _side_bands(arr, round(w * a), max(round(w * a) + 2, round(w * b)))]
+    by_inset = [[band.astype(np.float32) for band in _side_bands(arr, round(w * a), max(round(w * a) + 2,
+                                                                                        round(w * b)))]
                 for a, b in BORDER_BANDS]
     return [min((bands[side] for bands in by_inset), key=lambda band: float(band.std(axis=0).mean()))
             for side in range(4)]

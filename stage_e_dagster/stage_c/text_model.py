@@ -5,7 +5,8 @@ model files come inside rapidocr's PyPI wheel (``DET_FILE`` and the others), so 
 run time. The sessions are built once per process, on first use, with one intra-op and one inter-op
 thread: parallelism comes from one worker per core, and ONNX Runtime's own pool spent twice the CPU for
 the same output. Nothing here is imported when the code location loads; OpenCV, ONNX Runtime and
-rapidocr load with the first read. Recognition and direction take every crop of a look in one call.
+rapidocr load with the first read. Direction takes every crop of a look in one call; recognition
+reads each crop alone, the first look's at the crop's own width.
 """
 
 from __future__ import annotations

@@ -5,7 +5,7 @@ When the localiser is sure of the card, detection runs once on a copy of the car
 upload. The direction of the text comes from the detected boxes (their long axis) and, unless the
 lines' layout on the card already says which way is up, the direction classifier (upright or turned
 over), so a sideways or upside-down card reads like an upright one. Only the lines at the two ends of
-the card's text are recognised, in one batched call, cropped from the full-resolution image: the title
+the card's text are recognised, each at its own width, cropped from the full-resolution image: the title
 end (the name) and the collector end (collector line, credit, legal line). When that gives no reading
 the catalogue confirms, the two bands where the title and the collector line print are detected
 again, enlarged, and every line in them is read.

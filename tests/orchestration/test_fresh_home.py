@@ -137,5 +137,6 @@ def test_webserver_daemon_and_code_server_started_at_once_on_an_empty_home_initi
         rows = alembic_rows(services.home)
         assert rows and set(rows.values()) == {1}, f"start {start}: storage initialised twice: {rows}"
         for name, text in logs.items():
-            assert not unexpected_tracebacks(text) and "alembic" not in text.lower(), f"start {start}, {name}:\n{text[-3000:]}"
+            assert not unexpected_tracebacks(text) and "alembic" not in text.lower(), \
+                f"start {start}, {name}:\n{text[-3000:]}"
             assert READY[name] in text, f"start {start}: {name} never got ready:\n{text[-3000:]}"
