@@ -1,7 +1,7 @@
 """``dispatch/`` decides without Dagster (issue 40, part 9): no module of it imports ``dagster`` or the
 Dagster layer above it, directly, inside a function, or through what it imports.
 
-Parsed as in ``tests/stage_d/test_layering.py``, then imported in a fresh interpreter.
+Parsed by ``tests/layering.py``, as ``tests/stage_d/test_layering.py`` is, then imported in a fresh interpreter.
 """
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ from __future__ import annotations
 import subprocess
 import sys
 
-from tests.stage_d.test_layering import PACKAGE, imported_modules
+from tests.layering import PACKAGE, imported_modules, offending_imports
 
 DISPATCH = PACKAGE / "dispatch"
 ABOVE = ("dagster", "dagster_", "stage_e_dagster.defs", "stage_e_dagster.cli", "stage_e_dagster.definitions")
@@ -28,11 +28,7 @@ def test_the_check_catches_dagster_and_the_dagster_layer() -> None:
 
 
 def test_no_dispatch_module_imports_dagster_or_the_layer_above() -> None:
-    offenders = {
-        str(path.relative_to(PACKAGE)): sorted(m for m in imported_modules(path.read_text(encoding="utf-8"), path)
-                                               if names_above(m))
-        for path in sorted(DISPATCH.rglob("*.py"))
-    }
+    offenders = offending_imports(DISPATCH, names_above)
     assert len(offenders) >= 14  # every module was looked at
     assert {path: mods for path, mods in offenders.items() if mods} == {}
 
