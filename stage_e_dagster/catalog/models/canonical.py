@@ -26,6 +26,15 @@ class Expansion(Base):
     printed_size: Mapped[int | None] = mapped_column(
         sa.Integer, comment="Scryfall's printed_size: the total printed after the number"
     )
+    # `stage-e catalog fetch-symbols` renders the icon at this URI; Scryfall's URI carries the icon's
+    # version (``?1774843200``), so a shape taken from another URI is stale and fetched again.
+    symbol_svg_uri: Mapped[str | None] = mapped_column(
+        sa.String(500), comment="Scryfall icon_svg_uri: the set symbol's SVG")
+    symbol_shape: Mapped[bytes | None] = mapped_column(
+        sa.LargeBinary(128),
+        comment="the set symbol's silhouette (catalog/symbol_shape.py); NULL when not rendered")
+    symbol_shape_uri: Mapped[str | None] = mapped_column(
+        sa.String(500), comment="the URI symbol_shape was rendered from; NULL when from a local SVG")
 
     printings: Mapped[list["Printing"]] = relationship(back_populates="expansion")
 

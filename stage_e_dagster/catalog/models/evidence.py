@@ -12,6 +12,7 @@ from ..base import Base, created_at, intpk, utcnow
 
 TITLE_TEXT_COMMENT = "the rows at the title end of the card's text, one per line, the name first"
 TITLE_CONFIDENCE_COMMENT = "the title rows' mean recogniser score, 0-100"
+SYMBOL_SHAPE_COMMENT = "the silhouette of the set symbol at the type line's right end (catalog/symbol_shape.py)"
 
 
 class ImageEvidence(Base):
@@ -83,6 +84,9 @@ class ImageEvidence(Base):
     entropy: Mapped[float | None] = mapped_column(sa.Float)
     color_mean_rgb: Mapped[list[Any] | None] = mapped_column(sa.JSON)
     color_stddev_rgb: Mapped[list[Any] | None] = mapped_column(sa.JSON)
+    # set_symbol
+    symbol_shape: Mapped[bytes | None] = mapped_column(
+        sa.LargeBinary(128), comment=SYMBOL_SHAPE_COMMENT)
     # title_ocr
     title_text: Mapped[str | None] = mapped_column(sa.String(200), comment=TITLE_TEXT_COMMENT)
     title_confidence: Mapped[float | None] = mapped_column(sa.Float, comment=TITLE_CONFIDENCE_COMMENT)
