@@ -161,13 +161,27 @@ class LineParse:
 
 
 # A year after a copyright mark, or starting its line before "Wizards": a scene-text reader often drops
-# the small mark ("MA 2000 Wizards" after other words may be a misread mark, and stays unmarked). A
-# range gives its end: "(c) 1993-2012" is a 2012 card.
+# the small mark ("MA 2000 Wizards" after other words may be a misread mark, and stays unmarked), reads
+# it as a letter glued to the year ("Q1996 Wizards") and misreads a letter of "Wizards" ("1995 Wizands").
+# A range gives its end: "(c) 1993-2012" is a 2012 card.
 _MARKED_YEAR = re.compile(
     r"(?:\u00a9|\(c\)|\bc\)|copyright|&)\s*(?:(?:19|20)\d{2}\s*[-\u2013]\s*)?((?:19|20)\d{2})\b"
-    r"|^[^\w]*(?:(?:19|20)\d{2}\s*[-\u2013]\s*)?((?:19|20)\d{2})\s+wizards",
+    r"|^[^\w]*[QO@]?(?:(?:19|20)\d{2}\s*[-\u2013]\s*)?((?:19|20)\d{2})\s+wi[zs]\w*",
     re.IGNORECASE | re.MULTILINE,
 )
+
+# The artist credit's "Illus." as printed and as misread: "Ilus", "lus.", "Itus." (the double l read as
+# t), "ILLUS.".
+ILLUS_ANCHOR = r"(?:\b[Il1|]{1,2}lu[s5][.,:]?|\b[il1|]u[s5][.,:]|\b[Il1|]tu[s5][.,:]|\bILLU[S5][.,:]?)"
+# The credit of 1993-1994 frames, a copyright mark before the artist's name ("Illus. \u00a9Anson Maddocks"):
+# those frames print neither a legal line nor a number, and only the first core sets printed it.
+EARLY_CREDIT = re.compile(rf"{ILLUS_ANCHOR}\s*(?:\u00a9|\(c\))")
+# The last year a printing with the early credit was released (Revised, Summer Magic: 1994; Fourth
+# Edition, 1995, prints "Illus." and a legal line).
+EARLY_CREDIT_LAST_YEAR = 1994
+# The first set whose cards print a collector number (Exodus, 1998): a legal line whose every year is
+# earlier belongs to a frame that prints none.
+FIRST_NUMBERED_YEAR = 1998
 
 
 def marked_years(text: str) -> list[int]:

@@ -61,15 +61,21 @@ def by_table(rows: list[dict[str, Any]]) -> Table:
 def photo_table(results: list[PhotoResult]) -> Table:
     grid = Table(title="Photos")
     grid.add_column("file", no_wrap=True)  # a file name is an id: never cut
-    for column in ("label", "read", "number", "set", "join key", "fallback", "votes", "wrong"):
+    for column in ("label", "read", "number", "set", "join key", "fallback", "votes", "rests on", "wrong"):
         grid.add_column(column, overflow="fold")
     for r in results:
         read = f"{r.read_set or '-'}/{r.read_number or '-'}"
         kind = " (several)" if r.label.multi else " (render)" if r.label.render else ""
         grid.add_row(r.label.file + kind, f"{r.label.set_code}/{r.label.number}", read,
                      "right" if r.number_right else "wrong", "right" if r.set_right else "wrong",
-                     r.outcome or "-", r.fallback or "-", ", ".join(r.votes) or "-", str(r.wrong_votes))
+                     r.outcome or "-", fallback_cell(r), ", ".join(r.votes) or "-", ", ".join(r.readings) or "-",
+                     str(r.wrong_votes))
     return grid
+
+
+def fallback_cell(r: PhotoResult) -> str:
+    """The fallback's outcome, with the printings that still fit when it abstained for several."""
+    return f"{r.fallback} ({', '.join(r.still_fit)})" if r.fallback and r.still_fit else r.fallback or "-"
 
 
 def evaluate_folder(folder: Path, labels: Path | None, as_json: bool) -> None:
@@ -82,7 +88,9 @@ def evaluate_folder(folder: Path, labels: Path | None, as_json: bool) -> None:
         typer.echo(json.dumps({"totals": totals, "photos": [
             {"file": r.label.file, "set": r.label.set_code, "collector_number": r.label.number,
              "read_set": r.read_set, "read_number": r.read_number, "number_right": r.number_right,
-             "set_right": r.set_right, "join_key": r.outcome, "fallback": r.fallback, "votes": r.votes,
+             "set_right": r.set_right, "join_key": r.outcome, "fallback": r.fallback, "fallback_still_fit": r.still_fit,
+             "votes": r.votes,
+             "vote_readings": r.readings,
              "wrong_votes": r.wrong_votes, "several_cards": r.label.multi, "render": r.label.render}
             for r in results]}, sort_keys=True))
         return

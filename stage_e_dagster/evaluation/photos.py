@@ -3,11 +3,13 @@
 The folder holds the images and ``labels.csv`` with one row per photo: ``file``, ``set``,
 ``collector_number``, ``lang``, ``name`` (optionally ``artist``, ``border_color``,
 ``printed_collector_text``, ``released``, ``frame``, ``orientation``). The catalogue is built from
-the labels alone, in a new SQLite file: each labelled printing once, plus decoys beside it (its The
-List reprint, the same name under the same number in another set, a neighbour in the same set)
-wherever that slot is free, so a careless vote has somewhere wrong to go. The real Stage C then
-Stage D run on the photos, and each photo's readings, its join-key outcome and its votes are
-compared with its label.
+the labels, in a new SQLite file: each labelled printing once, plus decoys beside it wherever that
+slot is free, so a careless vote has somewhere wrong to go. A card that prints a number gets its The
+List reprint, the same name under the same number in another set and a neighbour in the same set. A
+name the project knows the real printings of (``known_printings.csv``) gets them all: the same name
+in other sets, with other borders and years, which an old frame's vote must tell apart. The real
+Stage C then Stage D run on the photos, and each photo's readings, its join-key outcome and its
+votes, with the readings each vote rests on, are compared with its label.
 
 Several photos may show one printing; a photo of several cards has one row per card (its
 ``orientation`` starts with ``MULTI``) and is one upload, scored as an abstention with its reason:
@@ -34,6 +36,7 @@ from ..catalog.migrate import upgrade
 from ..catalog.models import Card, Expansion, Printing, PrintingVote, ScanLog
 from ..stage_d.agents import FALLBACK_AGENT, JOIN_KEY_AGENT
 from ..stage_d.names import normalize_name
+from .known_printings import KnownPrinting, load_known_printings
 from .labels import LabelFileError
 
 LABELS_FILE = "labels.csv"
@@ -91,7 +94,9 @@ class PhotoResult:
     read_number: str | None = None
     outcome: str | None = None          # the join key's scan-log reason, or "vote"
     fallback: str | None = None         # the fallback's scan-log reason, when it looked
+    still_fit: list[str] = field(default_factory=list)  # "set/number" the fallback found fitting when it abstained
     votes: list[str] = field(default_factory=list)   # "set/number" or "no-match", per machine vote
+    readings: list[str] = field(default_factory=list)  # what each vote rests on, in the order of ``votes``
     wrong_votes: int = 0
 
     @property
@@ -146,17 +151,21 @@ def _inferred_frame(label: PhotoLabel) -> str:
     return "2015" if label.set_code.upper() in text else "2003"
 
 
-def build_photo_catalogue(engine: sa.Engine, labels: list[PhotoLabel]) -> dict[tuple[str, str], int]:
+def build_photo_catalogue(engine: sa.Engine, labels: list[PhotoLabel],
+                          known: dict[str, list[KnownPrinting]] | None = None) -> dict[tuple[str, str], int]:
     """Each labelled printing once, then decoys in the slots no label holds; returns (set, number) of
-    every labelled printing -> its id."""
+    every labelled printing -> its id. ``known`` (default: the project's known printings) gives the
+    real printings of a name and the release dates of the sets the labels do not date."""
+    known = load_known_printings() if known is None else known
+    released = {kp.set_code: kp.released for kps in known.values() for kp in kps if kp.released}
     with Session(engine) as session, session.begin():
         sets: dict[str, Expansion] = {}
         slots: dict[tuple[str, str, str], Printing] = {}
 
-        def expansion(code: str, released: date | None = None, printed_size: int | None = None) -> Expansion:
+        def expansion(code: str, day: date | None = None, printed_size: int | None = None) -> Expansion:
             exp = sets.get(code)
             if exp is None:
-                exp = sets[code] = Expansion(code=code, name=f"Set {code}", released_at=released)
+                exp = sets[code] = Expansion(code=code, name=f"Set {code}", released_at=day or released.get(code))
                 session.add(exp)
             if printed_size is not None:
                 exp.printed_size = printed_size
@@ -179,14 +188,21 @@ def build_photo_catalogue(engine: sa.Engine, labels: list[PhotoLabel]) -> dict[t
             exp = expansion(lb.set_code, lb.released, lb.printed_total)
             slot = (lb.set_code, normalize_collector_number(lb.number) or lb.number, lb.lang)
             made = printing(lb.name, exp, lb.number, lb.lang, artist=lb.artist, border_color=lb.border,
-                            frame=_inferred_frame(lb), released_at=lb.released,
+                            frame=_inferred_frame(lb), released_at=lb.released or released.get(lb.set_code),
                             printed_name=lb.printed_name if lb.printed_name != lb.name else None)
             truth[(lb.set_code, lb.number)] = made if made is not None else slots[slot]
         for lb in labels:
             frame = _inferred_frame(lb)
-            printing(lb.name, sets[LIST_SET], f"{lb.set_code.upper()}-{lb.number}", lb.lang, artist=lb.artist,
-                     border_color="black", frame="2015")
+            real = known.get(normalize_name(lb.name), [])
+            for i, kp in enumerate(real):
+                if kp.set_code == lb.set_code:
+                    continue  # the labelled printing itself
+                # Reprints reuse the art and its credit: the harder decoy.
+                printing(lb.name, expansion(kp.set_code, kp.released), kp.number or f"x{i}", lb.lang,
+                         artist=lb.artist, border_color=kp.border, frame=kp.frame, released_at=kp.released)
             if frame != "1993":
+                printing(lb.name, sets[LIST_SET], f"{lb.set_code.upper()}-{lb.number}", lb.lang, artist=lb.artist,
+                         border_color="black", frame="2015")
                 printing(lb.name, sets[DECOY_SET], lb.number, lb.lang, artist=lb.artist, border_color="black",
                          frame="2015")
             if lb.number.isdigit():
@@ -244,31 +260,46 @@ def _results(engine: sa.Engine, labels: list[PhotoLabel], ids: dict[str, int],
         where = {pid: (code, number) for pid, code, number in session.execute(
             sa.select(Printing.id, Expansion.code, Printing.collector_number)
             .join(Expansion, Expansion.id == Printing.expansion_id))}
-        votes = session.execute(sa.select(PrintingVote.card_id, PrintingVote.printing_id, PrintingVote.is_no_match)
+        votes = session.execute(sa.select(PrintingVote.card_id, PrintingVote.printing_id, PrintingVote.is_no_match,
+                                          PrintingVote.detail)
                                 .where(PrintingVote.source == "ocr")).all()
         outcomes = dict(session.execute(
             sa.select(ScanLog.card_id, ScanLog.reason).where(ScanLog.agent_id == JOIN_KEY_AGENT)
             .order_by(ScanLog.id)).all())
-        fallback = dict(session.execute(
-            sa.select(ScanLog.card_id, ScanLog.reason).where(ScanLog.agent_id == FALLBACK_AGENT)
-            .order_by(ScanLog.id)).all())
+        fallback = {cid: (reason, detail) for cid, reason, detail in session.execute(
+            sa.select(ScanLog.card_id, ScanLog.reason, ScanLog.detail).where(ScanLog.agent_id == FALLBACK_AGENT)
+            .order_by(ScanLog.id))}
     results = []
     for lb in labels:
         cid = ids[lb.file]
         ev = evidence.get(cid)
+        reason, detail = fallback.get(cid, (None, None))
         result = PhotoResult(lb, read_set=ev.collector_set_code if ev else None,
                              read_number=ev.collector_number if ev else None,
-                             outcome=outcomes.get(cid), fallback=fallback.get(cid))
-        for vcid, pid, no_match in votes:
+                             outcome=outcomes.get(cid), fallback=reason,
+                             still_fit=list((detail or {}).get("fitting_printings", [])))
+        for vcid, pid, no_match, detail in votes:
             if vcid != cid:
                 continue
             result.votes.append("no-match" if no_match else "/".join(where[pid]))
+            result.readings.append(vote_readings(detail or {}))
             # On a photo of several cards no vote is right: it would be for whichever card was read.
             result.wrong_votes += bool(lb.multi or no_match or pid != truth[(lb.set_code, lb.number)])
         if result.votes and result.outcome is None:
             result.outcome = "vote"
         results.append(result)
     return results
+
+
+def vote_readings(detail: dict[str, Any]) -> str:
+    """What a vote rests on, from its detail: the fallback names its readings; a join-key vote rests on
+    the number and what confirmed it."""
+    if "readings" in detail:
+        return "+".join(detail["readings"])
+    parts = ["number"] if detail.get("number") else []
+    parts += [detail["confirmed_by"]] if detail.get("confirmed_by") else []
+    parts += ["title"] if detail.get("title_agrees") is not None else []
+    return "+".join(parts) or "-"
 
 
 def photo_totals(results: list[PhotoResult]) -> dict[str, int]:

@@ -10,7 +10,14 @@ from __future__ import annotations
 
 import re
 
-from ..catalog.collector_line import LANG_CODES, SET_AND_LANGUAGE, marked_years
+from ..catalog.collector_line import (
+    EARLY_CREDIT,
+    FIRST_NUMBERED_YEAR,
+    ILLUS_ANCHOR,
+    LANG_CODES,
+    SET_AND_LANGUAGE,
+    marked_years,
+)
 
 _YEAR_BARE = re.compile(r"(?<!\d)((?:19|20)\d{2})(?:\s*[-\u2013]\s*((?:19|20)\d{2}))?(?!\d)")
 _PROXY = re.compile(r"not\s*for\s*sale|\bproxy\b|playtest|original\s+design", re.IGNORECASE)
@@ -20,11 +27,9 @@ _NAME_WORD = r"[A-Z][a-z][\w'\-]*"
 _CAPS_WORD = r"[A-Z][A-Z'\-]+"
 _NOT_NAME_WORDS = frozenset({"PROXY", "NOT", "FOR", "SALE", "TM", "LLC", "INC", "WIZARDS", "OF", "THE", "COAST",
                              "ALL", "RIGHTS", "RESERVED", "PLAYTEST", "ILLUS", *LANG_CODES})
-# "Illus." as printed and as misread: "Ilus", "lus.", "Itus." (the double l read as t), "ILLUS.".
-_ILLUS_ANCHOR = r"(?:\b[Il1|]{1,2}lu[s5][.,:]?|\b[il1|]u[s5][.,:]|\b[Il1|]tu[s5][.,:]|\bILLU[S5][.,:]?)"
-# (Early printings put a copyright mark before the name: "Illus. (c)Anson Maddocks".)
-_ILLUS = re.compile(rf"{_ILLUS_ANCHOR}\s+(?:\u00a9\s*)?({_NAME_WORD}(?:\s+{_NAME_WORD}){{0,3}})")
-_ILLUS_CAPS = re.compile(rf"{_ILLUS_ANCHOR}\s+(?:\u00a9\s*)?({_CAPS_WORD}(?:!?\s+{_CAPS_WORD}){{0,3}}!?)")
+# The credit's name; early printings put a copyright mark before it: "Illus. (c)Anson Maddocks".
+_ILLUS = re.compile(rf"{ILLUS_ANCHOR}\s+(?:\u00a9\s*)?({_NAME_WORD}(?:\s+{_NAME_WORD}){{0,3}})")
+_ILLUS_CAPS = re.compile(rf"{ILLUS_ANCHOR}\s+(?:\u00a9\s*)?({_CAPS_WORD}(?:!?\s+{_CAPS_WORD}){{0,3}}!?)")
 _GLUED = re.compile(r"(?<=[a-z])(?=[A-Z][a-z])")
 
 
@@ -95,21 +100,13 @@ def parse_legal(text: str) -> tuple[int | None, bool]:
     return (int(year) if year else None), bool(_PROXY.search(text))
 
 
-# The first set whose cards print a collector number (Exodus, 1998): a legal line whose every year is
-# earlier belongs to a frame that prints none.
-FIRST_NUMBERED_YEAR = 1998
 _ANY_YEAR = re.compile(r"(?<!\d)(?:19|20)\d{2}(?!\d)")
-
-
-# The credit of 1993-1994 frames, a copyright mark before the artist's name ("Illus. \u00a9Anson Maddocks"):
-# those frames print neither a legal line nor a number.
-_EARLY_CREDIT = re.compile(rf"{_ILLUS_ANCHOR}\s*(?:\u00a9|\(c\))")
 
 
 def prints_no_number(rows: list[str]) -> bool:
     """Whether the collector end's rows show a frame from before collector numbers were printed: a row
     with the legal line's words whose years all precede ``FIRST_NUMBERED_YEAR``, or the early credit."""
-    if any(_EARLY_CREDIT.search(row) for row in rows):
+    if any(EARLY_CREDIT.search(row) for row in rows):
         return True
     years = [int(y) for row in rows if LEGAL_WORDS.search(row) for y in _ANY_YEAR.findall(row)]
     return bool(years) and max(years) < FIRST_NUMBERED_YEAR

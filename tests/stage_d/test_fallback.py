@@ -132,3 +132,63 @@ def test_a_confident_other_title_blocks_the_fallback_s_vote() -> None:
     d = decide_fallback(old_frame(copyright_year=1995, legal_raw_text="1995 Wizards of the Coast, Inc.",
                                   title_text="Lightning Bolt\nInstant"), PLAGUE_RATS, RATS)
     assert (d.kind, d.reason) == ("abstain", A.NAME_DISAGREES)
+
+
+# Issue 41, item 1: what the frame prints places an old frame when no art hash can (reprints share the art,
+# and most catalogues hash no old printing).
+
+def unhashed(printings: list[PrintingFacts]) -> list[PrintingFacts]:
+    return [PrintingFacts(**{**p.__dict__, "art_phash": None}) for p in printings]
+
+
+FOURTH = "1995 Wizands of the Coast, Ine. Allrighus reserved."   # 4ED's legal line as read on a real photo
+
+
+def test_a_printed_year_places_an_old_frame_without_an_art_hash() -> None:
+    d = decide_fallback(old_frame(copyright_year=1995, legal_raw_text=FOURTH, art_phash=None),
+                        unhashed(PLAGUE_RATS), RATS)
+    assert (d.kind, d.printing_id, d.confidence) == ("vote", 4, 0.75)
+    assert d.detail["readings"] == ["legal-year", "border", "title"]
+
+
+def test_a_year_before_numbers_rules_out_later_reprints() -> None:
+    stone = [PrintingFacts(1, "wth", "153", "en", "Adam Rex", "black", "1997", date(1997, 6, 9), None),
+             PrintingFacts(2, "cmd", "257", "en", "Adam Rex", "black", "2003", date(2011, 6, 17), None)]
+    d = decide_fallback(ev(copyright_year=1997, legal_raw_text="\u00a91997 Wizards of the Coast, Inc.",
+                           art_phash=None, title_text="Mind Stone"), stone, "Mind Stone")
+    assert (d.kind, d.printing_id) == ("vote", 1)
+    # The same year read on a later line places nothing: a modern line may be a stamped reprint's.
+    d = decide_fallback(ev(copyright_year=2011, legal_raw_text="TM & \u00a9 2011 Wizards of the Coast",
+                           art_phash=None), stone, "Mind Stone")
+    assert d.reason == A.NO_ART_HASH
+
+
+def test_the_early_credit_and_the_border_place_an_unlimited_card() -> None:
+    field = [PrintingFacts(1, "lea", "1", "en", "Dan Frazier", "black", "1993", date(1993, 8, 5), None),
+             PrintingFacts(2, "leb", "1", "en", "Dan Frazier", "black", "1993", date(1993, 10, 4), None),
+             PrintingFacts(3, "2ed", "244", "en", "Dan Frazier", "white", "1993", date(1993, 12, 1), None)]
+    credit = dict(legal_raw_text="Illus. \u00a9 Dan Frazier", copyright_year=None, art_phash=None)
+    d = decide_fallback(ev(layout_class="white", **credit), field, "Forcefield")
+    assert (d.kind, d.printing_id) == ("vote", 3)
+    assert d.detail["readings"][:2] == ["early-credit", "border"]
+    # Without the border (a sleeve's glare), Alpha, Beta and Unlimited still fit: named, not guessed.
+    d = decide_fallback(ev(layout_class=None, **credit), field, "Forcefield")
+    assert (d.kind, d.reason) == ("abstain", A.AMBIGUOUS)
+    assert d.detail["fitting_printings"] == ["lea/1", "leb/1", "2ed/244"]
+    # Black-bordered: Alpha and Beta print the same face.
+    d = decide_fallback(ev(layout_class="black", **credit), field, "Forcefield")
+    assert (d.reason, d.detail["fitting_printings"]) == (A.AMBIGUOUS, ["lea/1", "leb/1"])
+
+
+def test_a_stamped_reprint_keeps_the_first_printing_s_year() -> None:
+    """The List reprints a card as first printed: its 1995 line fits the List printing too."""
+    listed = [*unhashed(PLAGUE_RATS), PrintingFacts(9, "plst", "4ed-154", "en", "Anson Maddocks", "white",
+                                                    "1993", date(2020, 9, 26), None)]
+    d = decide_fallback(old_frame(copyright_year=1995, legal_raw_text=FOURTH, art_phash=None), listed, RATS)
+    assert (d.reason, d.detail["fitting_printings"]) == (A.AMBIGUOUS, ["4ed/4", "plst/4ed-154"])
+
+
+def test_an_art_hash_blocks_a_printed_placement_it_contradicts() -> None:
+    rats_far = [*unhashed(PLAGUE_RATS[:3]), PrintingFacts(**{**PLAGUE_RATS[3].__dict__, "art_phash": flip(ART, 40)})]
+    d = decide_fallback(old_frame(copyright_year=1995, legal_raw_text=FOURTH), rats_far, RATS)
+    assert (d.kind, d.reason) == ("abstain", A.ELIMINATED)

@@ -48,12 +48,20 @@ def test_real_photos_cast_no_wrong_vote(tmp_path: Path, capsys: pytest.CaptureFi
     with capsys.disabled():
         print(f"\nreal photos: {totals}")
         for r in results:
-            print(f"  {r.label.file}: read {r.read_set}/{r.read_number}, join key {r.outcome}, votes {r.votes}")
+            print(f"  {r.label.file}: read {r.read_set}/{r.read_number}, join key {r.outcome}, "
+                  f"fallback {r.fallback} {r.still_fit}, votes {r.votes} on {r.readings}")
     assert totals["photos"] == len(labels) == 8
     assert totals["wrong_votes"] == 0
     # What the stages read right before issue 20 (five 2015-frame cards) must stay right.
     assert totals["collector_number_right"] >= 5 and totals["set_code_right"] >= 5
     assert totals["cards_voted"] >= 5
+    # Issue 41: the old frames are placed by what they print. Fourth Edition's "(c) 1995" line places its
+    # Plague Rats among the name's real printings; Revised prints no year, so it is placed or abstains
+    # naming the printings that still fit, its own among them.
+    by_file = {r.label.file: r for r in results}
+    assert by_file["4ed-154.jpg"].votes == ["4ed/154"]
+    revised = by_file["3ed-123.jpg"]
+    assert revised.votes == ["3ed/123"] or (not revised.votes and "3ed/123" in revised.still_fit)
 
 
 def test_a_labels_csv_without_the_required_columns_is_a_named_error(tmp_path: Path) -> None:
