@@ -44,6 +44,8 @@ MANIFEST_VERSIONS: MappingProxyType[str, str] = MappingProxyType(
         "quality_signals": "quality-signals-v2",
         "color_profile": "color-profile-v2",
         "title_ocr": "title-ocr-v4",  # v4: crops at their own width
+        # Issue 41: the set symbol's silhouette, which Stage D compares with each set's rendered icon.
+        "set_symbol": "set-symbol-v1",
     }
 )
 

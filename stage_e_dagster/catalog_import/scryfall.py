@@ -20,8 +20,9 @@ Records are read one at a time with ijson, never the whole file, and written in 
 own transaction. Printings are upserted on the Scryfall id, so importing the same file twice adds
 nothing; a printing already in the catalogue under the same set, collector number and language
 without a Scryfall id is adopted. Each printing keeps its art crop URL, which ``art_hashes`` fetches
-to hash; offline, art hashes come from optional local images named
-``<scryfall id>.{jpg,jpeg,png,webp}``, hashed exactly as Stage C hashes an upload.
+to hash, and each set of the sets file its icon URI, which ``set_symbols`` fetches to render; offline,
+art hashes come from optional local images named ``<scryfall id>.{jpg,jpeg,png,webp}``, hashed
+exactly as Stage C hashes an upload.
 """
 
 from __future__ import annotations
@@ -296,7 +297,15 @@ def _set_row(obj: dict[str, Any]) -> dict[str, Any]:
     return {"code": str(obj["code"]).lower(), "name": str(obj.get("name") or obj["code"])[:200],
             "released_at": _date(obj.get("released_at")), "scryfall_id": obj.get("id"),
             "card_count": obj["card_count"] if isinstance(obj.get("card_count"), int) else None,
-            "printed_size": obj["printed_size"] if isinstance(obj.get("printed_size"), int) else None}
+            "printed_size": obj["printed_size"] if isinstance(obj.get("printed_size"), int) else None,
+            "symbol_svg_uri": _icon_uri(obj.get("icon_svg_uri"))}
+
+
+def _icon_uri(value: Any) -> str | None:
+    """The set's ``icon_svg_uri``, which ``set_symbols`` fetches to render the set symbol."""
+    if isinstance(value, str) and value.startswith(("https://", "http://")) and len(value) <= 500:
+        return value
+    return None
 
 
 def _printing_row(obj: Any, report: ImportReport) -> dict[str, Any] | None:
@@ -364,7 +373,7 @@ def _text(value: Any) -> str | None:
 
 def _upsert_expansions(session: Session, sets: list[dict[str, Any]]) -> int:
     """Insert unknown set codes; fill a known set's missing Scryfall id and release date, and take the
-    newest card count. Returns inserts."""
+    newest card count and icon URI. Returns inserts."""
     wanted = {s["code"]: s for s in sets}
     if not wanted:
         return 0
@@ -381,7 +390,8 @@ def _upsert_expansions(session: Session, sets: list[dict[str, Any]]) -> int:
         sid = s["scryfall_id"] if s["scryfall_id"] not in taken_ids else None
         if exp is None:
             session.add(Expansion(code=code, name=s["name"], released_at=s["released_at"], scryfall_id=sid,
-                                  card_count=s.get("card_count"), printed_size=s.get("printed_size")))
+                                  card_count=s.get("card_count"), printed_size=s.get("printed_size"),
+                                  symbol_svg_uri=s.get("symbol_svg_uri")))
             inserted += 1
             if sid:
                 taken_ids.add(sid)
@@ -395,6 +405,8 @@ def _upsert_expansions(session: Session, sets: list[dict[str, Any]]) -> int:
                 exp.card_count = s["card_count"]
             if s.get("printed_size") is not None:
                 exp.printed_size = s["printed_size"]
+            if s.get("symbol_svg_uri") is not None:  # a new icon version: set_symbols renders it again
+                exp.symbol_svg_uri = s["symbol_svg_uri"]
     session.flush()
     return inserted
 

@@ -10,6 +10,8 @@ import typer
 
 from ..catalog_import.art_hashes import SCRYFALL_RATE_PER_SEC, count_pending, hash_art
 from ..catalog_import.scryfall import ScryfallImportError, import_scryfall
+from ..catalog_import.set_symbols import count_pending as count_pending_symbols
+from ..catalog_import.set_symbols import fetch_symbols
 from ..stage_c.fetch import ImageFetcher
 from .context import catalog_engine, settings
 from .errors import CliError
@@ -88,3 +90,38 @@ def hash_art_command(
     if report.stopped is not None:
         raise CliError(f"hash-art stopped ({report.stopped}): {report.stop_detail}; "
                        f"{report.hashed} hashes stored, run it again to resume")
+
+
+@app.command("fetch-symbols")
+def fetch_symbols_command(
+    limit: Annotated[int | None, typer.Option("--limit", min=1, help="Render at most this many sets.")] = None,
+    rate: Annotated[float, typer.Option(
+        "--rate", min=0.1, max=SCRYFALL_RATE_PER_SEC,
+        help="Requests per second to the icon host, across every process (Scryfall's limit, 10, at most).")
+    ] = SCRYFALL_RATE_PER_SEC,
+    as_json: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
+) -> None:
+    """Fetch each imported set's symbol icon (icon_svg_uri, from `import-scryfall --sets`), render it and store
+    its shape, for Stage D to compare the symbol a card prints with.
+
+    Resumable: sets already rendered (from the same URI) are skipped; a failed fetch or an icon that is not
+    a drawable SVG (bad-svg) stays pending for the next run. The icon host must be in
+    STAGE_E_FETCH_ALLOWED_HOSTS (svgs.scryfall.io). A 403 stops the run at once; the shapes stored stay.
+    """
+    cfg = settings()
+    engine = catalog_engine(cfg)
+    pending = count_pending_symbols(engine)
+    total = pending if limit is None else min(pending, limit)
+    with ImageFetcher(engine=engine, image_roots=(), allowed_hosts=cfg.fetch_allowed_hosts,
+                      timeout_s=cfg.fetch_timeout_s, max_bytes=cfg.fetch_max_bytes, rate_per_sec=rate) as fetcher, \
+            progress_bar("rendering set symbols", total, unit="sets", quiet=as_json) as bar:
+        report = fetch_symbols(engine, fetcher, limit=limit, progress=bar.advance)
+    if as_json:
+        typer.echo(json.dumps(report.as_dict(), indent=2))
+    else:
+        failed = ", ".join(f"{k} {v}" for k, v in sorted(report.failed.items())) or "none"
+        typer.echo(f"rendered {report.rendered} of {report.pending} pending sets in {report.elapsed_s:.1f} s; "
+                   f"throttled {report.throttled}; failed: {failed}")
+    if report.stopped is not None:
+        raise CliError(f"fetch-symbols stopped ({report.stopped}): {report.stop_detail}; "
+                       f"{report.rendered} shapes stored, run it again to resume")

@@ -19,6 +19,7 @@ from .geometry import BleedClass, all_boxes, box_px, classify_bleed, trim_box
 from .hashing import phash_int
 from .localise import CONFIDENCE_BAR, Localised, card_with_margin, localise_card, room_for_another_card
 from .parse import LEGAL_WORDS, parse_artist, parse_artist_after_language, parse_legal, prints_no_number
+from .set_symbol import read_symbol_shape
 from .text_reader import CARD_MARGIN, CARD_MIN_SIDE, CardText, join_rows, lines_side_by_side, read_card_text
 
 # Which evidence columns each extractor owns; a recompute of one key rewrites only these.
@@ -40,6 +41,7 @@ FIELDS_BY_KEY: dict[str, tuple[str, ...]] = {
     "quality_signals": ("is_truncated", "blur_variance", "entropy"),
     "color_profile": ("color_mean_rgb", "color_stddev_rgb"),
     "title_ocr": ("title_text", "title_confidence"),
+    "set_symbol": ("symbol_shape",),
 }
 
 Outcome = tuple[dict[str, Any], str | None]
@@ -422,6 +424,14 @@ def title_ocr(ctx: ImageContext) -> Outcome:
     return {"title_text": text, "title_confidence": confidence if text else None}, None if text else "no-text"
 
 
+def set_symbol(ctx: ImageContext) -> Outcome:
+    """The silhouette of the set symbol at the type line's right end (``set_symbol.py``), for Stage D to
+    compare with the symbols of the sets a name was printed in; ``no-symbol`` where none is found
+    (core sets before Sixth Edition print none)."""
+    shape = read_symbol_shape(ctx.image, ctx.bleed_class)
+    return {"symbol_shape": shape}, None if shape is not None else "no-symbol"
+
+
 # Image extractors in manifest order; fetch_health is filled from the fetch itself.
 IMAGE_EXTRACTORS: dict[str, Callable[[ImageContext], Outcome]] = {
     "card_localisation": card_localisation,
@@ -437,12 +447,13 @@ IMAGE_EXTRACTORS: dict[str, Callable[[ImageContext], Outcome]] = {
     "quality_signals": quality_signals,
     "color_profile": color_profile,
     "title_ocr": title_ocr,
+    "set_symbol": set_symbol,
 }
 
 # Extractor groups the benchmark reports separately.
 EXTRACTOR_GROUPS: dict[str, tuple[str, ...]] = {
     "geometry": ("card_localisation", "geometry_bleed", "layout_class", "crop_coordinates"),
     "ocr": ("collector_line_ocr", "collector_line_word_boxes", "artist_ocr", "legal_line", "title_ocr"),
-    "hashes": ("symbol_region", "art_phash"),
+    "hashes": ("symbol_region", "art_phash", "set_symbol"),
     "signals": ("quality_signals", "color_profile"),
 }

@@ -28,6 +28,7 @@ class PrintingFacts:
     art_phash: int | None
     printed_size: int | None = None   # the set's printed total ("041/281" -> 281), when Scryfall gives one
     printed_name: str | None = None   # the name as printed in this printing's language
+    symbol_shape: bytes | None = None  # the set symbol's silhouette (stage_d/symbols.py); None: none rendered
 
 
 def load_printing_facts(session: Session, printing_ids: Iterable[int]) -> dict[int, PrintingFacts]:
@@ -40,17 +41,17 @@ def load_printing_facts(session: Session, printing_ids: Iterable[int]) -> dict[i
                 Printing.id, Expansion.code, Printing.collector_number, Printing.lang, Printing.artist,
                 Printing.border_color, Printing.frame,
                 sa.func.coalesce(Printing.released_at, Expansion.released_at), Printing.art_phash,
-                Expansion.printed_size, Printing.printed_name,
+                Expansion.printed_size, Printing.printed_name, Expansion.symbol_shape,
             )
             .join(Expansion, Expansion.id == Printing.expansion_id)
             .where(Printing.id.in_(ids[start:start + _IN_CHUNK]))
         )
-        for pid, code, number, lang, artist, border, frame, released, art, printed_size, printed_name in rows:
+        for pid, code, number, lang, artist, border, frame, released, art, printed_size, printed_name, symbol in rows:
             facts[pid] = PrintingFacts(
                 id=pid, set_code=code.lower(), number_key=normalize_collector_number(number),
                 lang=(lang or "en").lower(), artist=artist, border_color=(border or None),
                 frame=(frame or None), released_at=released, art_phash=art, printed_size=printed_size,
-                printed_name=printed_name,
+                printed_name=printed_name, symbol_shape=symbol,
             )
     return facts
 
