@@ -78,6 +78,7 @@ __all__ = [
     "pool_limit",
     "repository_asset_graph",
     "run_queue_limit",
+    "run_tag_limit",
     "run_start_timeout_s",
     "run_storage_has_backfill_column",
     "set_pool_limit",
@@ -183,6 +184,17 @@ def run_queue_limit(instance: DagsterInstance) -> int | None:
     if queue is None or queue.max_concurrent_runs < 0:
         return None
     return queue.max_concurrent_runs
+
+
+def run_tag_limit(instance: DagsterInstance, key: str) -> int | None:
+    """The run queue's ``tag_concurrency_limits`` entry for every run carrying ``key`` whatever its value; None
+    without one (or without a run queue)."""
+    queue = instance.get_concurrency_config().run_queue_config
+    entries = (queue.tag_concurrency_limits or []) if queue is not None else []
+    # Key-wide as Dagster's TagConcurrencyLimitsCounter reads an entry: no value, or not one per value.
+    limits = [entry["limit"] for entry in entries if entry["key"] == key and not isinstance(entry.get("value"), str)
+              and not (entry.get("value") or {}).get("applyLimitPerUniqueValue")]
+    return min(limits) if limits else None
 
 
 def pool_limit(instance: DagsterInstance, pool: str) -> int | None:

@@ -12,7 +12,8 @@ row, and the next tick finishes the job: every 0 this project sets has a row tha
 
 The pool's limit row is never deleted, only set: Dagster's dequeue pass reads the pools that have a
 row before it creates a missing one at ``default_limit``, so the pass that finds it missing ignores
-the pool and launches every queued run the run queue's own ``max_concurrent_runs`` lets through.
+the pool. On that pass only the run queue's own tag limit on dispatch runs (``dagster/partition`` at
+the cap, in the shipped instance files) keeps them at the cap.
 
 Which dispatch runs are going and what the pool's limit is are read in ``defs/run_queue.py``.
 """

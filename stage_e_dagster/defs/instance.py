@@ -16,6 +16,7 @@ from dagster import DagsterInstance
 from ..dispatch.slots import ACK_ROOM
 from ..instance_files import INSTANCE_YAML, read_instance_file
 from ..settings import Settings
+from .tags import PARTITION_TAG
 
 PROJECT_ROOT = Path(__file__).resolve().parents[2]
 EMBEDDED_INSTANCE_YAML = PROJECT_ROOT / "dagster.yaml"
@@ -23,8 +24,8 @@ WORKSPACE_YAML = PROJECT_ROOT / "workspace.yaml"
 
 
 def dagster_home(settings: Settings) -> Path:
-    """``DAGSTER_HOME`` when set; else the state folder's, given the embedded dagster.yaml on first use, its
-    run queue's cap (``max_concurrent_runs``) the dispatch cap plus the acknowledge job's room."""
+    """``DAGSTER_HOME`` when set; else the state folder's, given the embedded dagster.yaml on first use with
+    its run queue's caps set for the dispatch cap (``with_run_queue_cap``)."""
     configured = os.environ.get("DAGSTER_HOME")
     if configured:
         return Path(configured)
@@ -37,11 +38,15 @@ def dagster_home(settings: Settings) -> Path:
 
 
 def with_run_queue_cap(instance_yaml: str, settings: Settings) -> str:
-    """The instance file with ``max_concurrent_runs`` set for ``STAGE_E_MAX_CONCURRENT_DISPATCHES``."""
-    cap = settings.max_concurrent_dispatches + ACK_ROOM
-    text, count = re.subn(r"(?m)^(\s*max_concurrent_runs:) *-?\d+ *$", rf"\g<1> {cap}", instance_yaml)
+    """The instance file with its run-queue caps set for ``STAGE_E_MAX_CONCURRENT_DISPATCHES``: the cap plus
+    the acknowledge job's room on runs of every job, the cap itself on dispatch runs (the tag limit)."""
+    cap = settings.max_concurrent_dispatches
+    text, count = re.subn(r"(?m)^(\s*max_concurrent_runs:) *-?\d+ *$", rf"\g<1> {cap + ACK_ROOM}", instance_yaml)
     if count != 1:
         raise ValueError("the instance file has no max_concurrent_runs line to set")
+    text, count = re.subn(rf"(?m)^(\s*- key: {re.escape(PARTITION_TAG)}\n\s*limit:) *\d+ *$", rf"\g<1> {cap}", text)
+    if count != 1:
+        raise ValueError(f"the instance file has no tag limit on {PARTITION_TAG} to set")
     return text
 
 

@@ -1,5 +1,6 @@
 """What Dagster's run queue holds for dispatch, read here and nowhere else: the dispatch runs queued or
-going, the dispatch pool's own limit, and the run queue's own cap (``max_concurrent_runs``).
+going, the dispatch pool's own limit, and the run queue's own caps (``max_concurrent_runs``, and its tag
+limit on dispatch runs).
 
 Reads only; what they allow is decided in ``dispatch/slots.py``, and what this project sets the pool to
 (the hold, the release, the governed concurrency) is ``defs/hold.py``'s.
@@ -11,7 +12,7 @@ from dagster import DagsterInstance, DagsterRun, DagsterRunStatus, RunsFilter
 
 from ..dispatch.slots import RunQueue, cap_within_run_queue
 from . import dagster_internals
-from .tags import DISPATCH_POOL, DISPATCH_TAG
+from .tags import DISPATCH_POOL, DISPATCH_TAG, PARTITION_TAG
 
 # Queued or going: every status Dagster counts as not finished (a canceling run still holds its slot
 # and may still be writing).
@@ -47,7 +48,15 @@ def read_run_queue(instance: DagsterInstance) -> RunQueue:
     )
 
 
+def dispatch_run_limit(instance: DagsterInstance) -> int | None:
+    """The run queue's own limit on dispatch runs: its tag limit on ``dagster/partition``, which every run of
+    a ``micro_batches`` partition carries however launched. Unlike the pool's, it holds on a pass that finds
+    the pool's limit row missing; ``None`` on an instance without it."""
+    return dagster_internals.run_tag_limit(instance, PARTITION_TAG)
+
+
 def dispatch_cap(instance: DagsterInstance, cap: int) -> int:
     """``cap`` (``STAGE_E_MAX_CONCURRENT_DISPATCHES``) within the run queue's ``max_concurrent_runs``, the
-    acknowledge job's room left free (``dispatch.slots.cap_within_run_queue``)."""
-    return cap_within_run_queue(cap, dagster_internals.run_queue_limit(instance))
+    acknowledge job's room left free, and within its limit on dispatch runs
+    (``dispatch.slots.cap_within_run_queue``)."""
+    return cap_within_run_queue(cap, dagster_internals.run_queue_limit(instance), dispatch_run_limit(instance))

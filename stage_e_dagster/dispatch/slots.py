@@ -46,11 +46,15 @@ class Slots:
         )
 
 
-def cap_within_run_queue(cap: int, run_queue_limit: int | None) -> int:
+def cap_within_run_queue(cap: int, run_queue_limit: int | None, dispatch_run_limit: int | None = None) -> int:
     """``cap`` (``STAGE_E_MAX_CONCURRENT_DISPATCHES``), at most the run queue's ``max_concurrent_runs``
-    (``None``: unlimited) less the acknowledge job's room: dispatch never fills the queue's cap, so the
-    ack job always starts."""
-    return cap if run_queue_limit is None else max(1, min(cap, run_queue_limit - ACK_ROOM))
+    (``None``: unlimited) less the acknowledge job's room, so dispatch never fills the queue's cap and the
+    ack job always starts; and at most the queue's own limit on dispatch runs (the ``dagster/partition``
+    tag limit), past which runs a tick requests would only wait."""
+    within = cap if run_queue_limit is None else min(cap, run_queue_limit - ACK_ROOM)
+    if dispatch_run_limit is not None:
+        within = min(within, dispatch_run_limit)
+    return max(1, within)
 
 
 def slots_under(governed: int, queue: RunQueue) -> Slots:

@@ -13,6 +13,9 @@ def test_the_cap_leaves_the_run_queue_room_for_the_acknowledge_job_and_never_dro
     assert cap_within_run_queue(16, 5) == 5 - ACK_ROOM
     assert cap_within_run_queue(2, 5) == 2
     assert cap_within_run_queue(4, 1) == 1
+    # The run queue's own limit on dispatch runs (the dagster/partition tag limit) bounds it too.
+    assert cap_within_run_queue(16, 17, 4) == 4 and cap_within_run_queue(16, None, 4) == 4
+    assert cap_within_run_queue(2, 3, 8) == 2
 
 
 def test_the_lower_of_the_governed_concurrency_and_the_pools_own_limit_caps_the_tick() -> None:

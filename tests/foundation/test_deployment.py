@@ -19,7 +19,7 @@ from dagster._core.instance.config import dagster_instance_config
 
 from stage_e_dagster.defs.assets import stage_c_evidence, stage_d_verdicts
 from stage_e_dagster.defs.dagster_internals import BACKFILL_WAITS_FOR_ITS_LOCATION
-from stage_e_dagster.defs.tags import DISPATCH_POOL
+from stage_e_dagster.defs.tags import DISPATCH_POOL, PARTITION_TAG
 from stage_e_dagster.settings import Settings
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -85,8 +85,9 @@ def test_instance_yaml_has_one_run_granular_pool_and_run_monitoring(path: Path) 
     # A finite run-queue cap under the pool (a pass that finds the pool's row missing ignores the pool):
     # the shipped dispatch cap plus the acknowledge job's room (tests/foundation/test_scaling_defaults.py).
     assert runs["max_concurrent_runs"] == pools["default_limit"] + 1
-    # Asset-backfill runs carry no job tags, so a tag limit would not cap the sweep: the pool must.
-    assert not runs.get("tag_concurrency_limits")
+    # The cap on dispatch runs that holds on a pass ignoring the pool (its limit row deleted): every run of
+    # a micro_batches partition carries dagster/partition, asset-backfill runs too (they carry no job tags).
+    assert runs["tag_concurrency_limits"] == [{"key": PARTITION_TAG, "limit": pools["default_limit"]}]
     # Dagster refuses run_queue or run_coordinator caps beside `concurrency`.
     for conflicting in ("max_concurrent_runs", "tag_concurrency_limits"):
         assert conflicting not in (config.get("run_queue") or {})
@@ -110,7 +111,8 @@ def test_values_cap_dispatch_with_the_one_pool(values: dict[str, Any]) -> None:
     assert int(env["STAGE_E_MAX_CONCURRENT_DISPATCHES"]) == concurrency["pools"]["defaultLimit"]
     # The whole dispatch cap plus the acknowledge job run at once, and no more: the run queue's own cap.
     assert concurrency["runs"]["maxConcurrentRuns"] == int(env["STAGE_E_MAX_CONCURRENT_DISPATCHES"]) + 1
-    assert concurrency["runs"]["tagConcurrencyLimits"] == []
+    assert concurrency["runs"]["tagConcurrencyLimits"] == [
+        {"key": PARTITION_TAG, "limit": int(env["STAGE_E_MAX_CONCURRENT_DISPATCHES"])}]
     # The pool the values limit is the one both assets declare.
     assert {stage_c_evidence.op.pool, stage_d_verdicts.op.pool} == {DISPATCH_POOL}
 
@@ -143,7 +145,8 @@ def test_values_dequeue_as_the_instance_yaml_does_and_dagster_accepts_what_the_c
             "config": rendered,
         },
         "concurrency": {
-            "runs": {"max_concurrent_runs": concurrency["runs"]["maxConcurrentRuns"]},
+            "runs": {"max_concurrent_runs": concurrency["runs"]["maxConcurrentRuns"],
+                     "tag_concurrency_limits": concurrency["runs"]["tagConcurrencyLimits"]},
             "pools": {
                 "granularity": concurrency["pools"]["granularity"],
                 "default_limit": concurrency["pools"]["defaultLimit"],
@@ -158,6 +161,7 @@ def test_values_dequeue_as_the_instance_yaml_does_and_dagster_accepts_what_the_c
         queue = instance.get_concurrency_config().run_queue_config
         assert (queue.max_user_code_failure_retries, queue.user_code_failure_retry_delay) == (
             rendered["max_user_code_failure_retries"], rendered["user_code_failure_retry_delay"])
+        assert queue.tag_concurrency_limits == concurrency["runs"]["tagConcurrencyLimits"]
 
 
 # A code server the daemon starts itself is replaced at the daemon's next workspace refresh (every 60 s)

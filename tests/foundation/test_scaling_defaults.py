@@ -19,6 +19,7 @@ from stage_e_dagster.catalog.backlog import STAGE_C_PENDING
 from stage_e_dagster.catalog.base import utcnow
 from stage_e_dagster.catalog.engine import session_scope
 from stage_e_dagster.defs.instance import dagster_home
+from stage_e_dagster.defs.run_queue import dispatch_run_limit
 from stage_e_dagster.dispatch.sizing import plan_for_tick
 from stage_e_dagster.settings import load_settings
 
@@ -44,7 +45,10 @@ def test_a_16_cpu_process_runs_its_whole_dispatch_cap_and_the_ack_job_at_once(
 
     with DagsterInstance.from_config(str(dagster_home(cfg))) as instance:
         run_cap = instance.get_concurrency_config().run_queue_config.max_concurrent_runs
+        dispatch_runs = dispatch_run_limit(instance)
     assert run_cap == -1 or run_cap >= cfg.max_concurrent_dispatches + ACK_JOB_RUNS, run_cap
+    # The run queue's own limit on dispatch runs, which holds while the pool's row is missing, is the cap.
+    assert dispatch_runs == cfg.max_concurrent_dispatches
 
     # Every slot of the cap gets a batch from one tick, not a few ticks' worth.
     with session_scope(sqlite_engine) as session:

@@ -1,8 +1,9 @@
 """Where Dagster's run queue meets ours (issue 40, parts 2 and 3): a run Dagster created and never
 started is failed after a bound and its batch requested again; the dispatch pool's limit row is never
-deleted, a missing one is put back at the governed limit, and the run queue's own cap bounds a pass
-that ignores the pool. Real sensor ticks on a real instance and catalogue; the queue's choices are
-Dagster's own dequeue pass (``QueuedRunCoordinatorDaemon``) over real queued runs of the dispatch job.
+deleted, a missing one is put back at the governed limit, and the run queue's own tag limit on dispatch
+runs holds the cap on a pass that ignores the pool. Real sensor ticks on a real instance and catalogue;
+the queue's choices are Dagster's own dequeue pass (``QueuedRunCoordinatorDaemon``) over real queued
+runs of the dispatch job.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from dagster import (
     DagsterInstance,
     DagsterRun,
     DagsterRunStatus,
+    RunsFilter,
     SensorResult,
     instance_for_test,
 )
@@ -192,25 +194,107 @@ def test_a_release_after_a_hold_that_found_no_limit_never_leaves_the_pool_row_mi
     assert peak == CAP, f"{peak} dispatch runs going at once for a cap of {CAP}"
 
 
-def test_a_pool_row_an_operator_deletes_is_put_back_and_the_run_queue_bounds_the_pass_that_ignored_it(
+def test_a_pool_row_an_operator_deletes_is_put_back_and_the_run_queue_holds_the_pass_that_ignored_it(
     queued: Pipeline,
 ) -> None:
     """The UI's delete (``delete_concurrency_limit``) with 22 queued and the cap's runs going: Dagster's
-    next pass ignores the pool; the shipped run-queue cap bounds that pass, and the next dispatch tick
-    puts the row back at the governed limit, so nothing more starts until the runs going are under it."""
+    next pass ignores the pool; the shipped tag limit on dispatch runs holds that pass at the cap, and the
+    next dispatch tick puts the row back at the governed limit."""
     instance = queued.instance
     backstop = internals.run_queue_limit(instance)
-    assert backstop is not None and backstop >= CAP + 1, "the shipped run queue has no finite cap above the pool's"
+    assert backstop is not None and backstop >= CAP + 1, "the shipped run queue leaves the acknowledge job no room"
     queued.tick("card_created_sensor")
     assert pool_limit(instance) == CAP
     _sweep_queue(instance, 22)
     assert dequeue_pass(instance) == CAP and going(instance) == CAP
     internals.delete_pool_limit(instance, DISPATCH_POOL)  # what the UI's "delete" does
-    dequeue_pass(instance)
-    assert going(instance) <= backstop, f"{going(instance)} dispatch runs going past the run queue's {backstop}"
+    assert dequeue_pass(instance) == 0, f"{going(instance)} dispatch runs going for a cap of {CAP}"
     queued.tick("card_created_sensor")
     assert pool_limit(instance) == CAP, "the dispatch tick did not put the pool's own limit back"
     assert dequeue_pass(instance) == 0
+
+
+def _dispatch_queue(instance: DagsterInstance, runs: int) -> list[str]:
+    """Queued dispatch runs tagged as Dagster tags them: in turn a sensor's run request (resolved against the
+    job, ``RunRequest.with_resolved_tags_and_config``), a run of the project's sweep and a run of a backfill
+    launched from the UI over ``micro_batches`` (both built by the backfill daemon's own
+    ``build_run_requests_with_backfill_policies``, the backfill's tags on top)."""
+    from dagster import AssetKey
+    from dagster._core.definitions.automation_tick_evaluation_context import build_run_requests_with_backfill_policies
+    from dagster._core.definitions.events import AssetKeyPartitionKey
+
+    job = defs.resolve_job_def("stage_e_dispatch")
+    graph = defs.resolve_asset_graph()
+    assets = [AssetKey("stage_c_evidence"), AssetKey("stage_d_verdicts")]
+    sensor = {DISPATCH_TAG: "micro-batch", "stage_e/trigger_reason": "new-cards"}
+    ids = []
+    for i in range(runs):
+        key = f"mb-op-{i:03d}"
+        if i % 3 == 0:
+            tags = {**sensor, **job.get_tags_for_partition_key(key, selected_asset_keys=None)}
+        else:
+            [request] = build_run_requests_with_backfill_policies(
+                [AssetKeyPartitionKey(asset, key) for asset in assets], graph, instance)
+            backfill = {"dagster/backfill": "sweepabc"} if i % 3 == 1 else {"dagster/backfill": "uiabcdef"}
+            tags = {**request.tags, **backfill, **({DISPATCH_TAG: "micro-batch"} if i % 3 == 1 else {})}
+        assert tags[PARTITION_TAG] == key  # the tag the run queue's limit on dispatch runs counts
+        run = instance.create_run_for_job(job_def=job, status=DagsterRunStatus.QUEUED, remote_job_origin=ORIGIN,
+                                          tags=tags)
+        assert run.run_op_concurrency is not None and DISPATCH_POOL in run.run_op_concurrency.all_pools
+        ids.append(run.run_id)
+    return ids
+
+
+def pool_runs_going(instance: DagsterInstance) -> list[DagsterRun]:
+    """Runs holding a place in the dispatch pool: every run of the two assets, the UI's backfill's too."""
+    return [run for run in internals.runs(instance, RunsFilter(statuses=internals.ACTIVE_RUN_STATUSES))
+            if run.run_op_concurrency and DISPATCH_POOL in run.run_op_concurrency.all_pools]
+
+
+def test_the_pool_row_deleted_before_every_pass_of_a_22_batch_sweep_never_lets_more_than_the_cap_go(
+    queued: Pipeline,
+) -> None:
+    """Issue 40 part 3's must-show: 22 dispatch runs queued (sensor, sweep and UI backfill runs), the cap's
+    worth going, and an operator deleting the pool's limit row in the UI before every pass of Dagster's run
+    queue, runs ending between passes and a dispatch tick every third pass putting the row back: at no pass
+    more dispatch runs going than the cap, the acknowledge job a person launches meanwhile starts on the
+    next pass, and the whole queue still drains."""
+    instance = queued.instance
+    queued.tick("card_created_sensor")
+    assert pool_limit(instance) == CAP
+    ids = _dispatch_queue(instance, 22)
+    assert dequeue_pass(instance) == CAP
+    ack_origin = RemoteJobOrigin(ORIGIN.repository_origin, "acknowledge_trip")
+    peaks = []
+    for turn in range(60):
+        if turn == 4:
+            ack = instance.add_run(DagsterRun(job_name="acknowledge_trip", run_id=str(uuid.uuid4()),
+                                              status=DagsterRunStatus.QUEUED, remote_job_origin=ack_origin))
+        internals.delete_pool_limit(instance, DISPATCH_POOL)  # what the UI's "delete" does
+        dequeue_pass(instance)
+        if turn == 4:
+            assert instance.get_run_by_id(ack.run_id).status == DagsterRunStatus.STARTING, "the ack job waited"
+        peaks.append(len(pool_runs_going(instance)))
+        oldest = min(pool_runs_going(instance), key=lambda run: ids.index(run.run_id), default=None)
+        if oldest is not None:  # one run ends before the next pass
+            instance.report_dagster_event(
+                DagsterEvent(event_type_value=DagsterEventType.RUN_SUCCESS.value, job_name=oldest.job_name),
+                oldest.run_id)
+        if turn % 3 == 2:
+            queued.tick("card_created_sensor")
+        if not internals.runs(instance, RunsFilter(run_ids=ids, statuses=internals.NOT_FINISHED_STATUSES)):
+            break
+    assert max(peaks) <= CAP, f"{max(peaks)} dispatch runs going at once for a cap of {CAP}: {peaks}"
+    assert {instance.get_run_by_id(run_id).status for run_id in ids} == {DagsterRunStatus.SUCCESS}
+
+
+def test_the_runs_the_tag_limit_counts_are_the_runs_of_the_dispatch_pool() -> None:
+    """The limit on ``dagster/partition`` caps dispatch runs only while the partitioned assets are exactly the
+    pool's: a partitioned asset outside the pool would share the cap, one inside it unpartitioned escape it."""
+    assets = list(defs.resolve_asset_graph().assets_defs)
+    partitioned = {key for a in assets if a.partitions_def is not None for key in a.keys}
+    pooled = {key for a in assets if a.is_executable and DISPATCH_POOL in {a.op.pool} for key in a.keys}
+    assert partitioned == pooled and len(pooled) == 2
 
 
 def test_this_project_never_deletes_the_pool_limit() -> None:
@@ -259,7 +343,21 @@ def test_the_dispatch_cap_stops_at_the_most_slots_dagster_allows_a_pool() -> Non
 
 
 def test_the_dispatch_cap_leaves_the_run_queue_room_for_the_acknowledge_job(queued: Pipeline) -> None:
-    from stage_e_dagster.defs.run_queue import dispatch_cap
+    from stage_e_dagster.defs.run_queue import dispatch_cap, dispatch_run_limit
 
     backstop = internals.run_queue_limit(queued.instance)
+    assert dispatch_run_limit(queued.instance) == backstop - 1 == CAP
     assert dispatch_cap(queued.instance, 16) == backstop - 1 and dispatch_cap(queued.instance, 1) == 1
+
+
+def test_the_dispatch_run_limit_is_read_as_dagsters_tag_counter_reads_it() -> None:
+    """Key-wide entries only: a limit on one value, or one per unique value, is not a cap on all dispatch runs."""
+    def limit(*entries: dict) -> int | None:
+        with instance_for_test(overrides={"concurrency": {"runs": {"tag_concurrency_limits": list(entries)}}}) as inst:
+            return internals.run_tag_limit(inst, PARTITION_TAG)
+
+    assert limit() is None
+    assert limit({"key": PARTITION_TAG, "value": "mb-1", "limit": 1}) is None
+    assert limit({"key": PARTITION_TAG, "value": {"applyLimitPerUniqueValue": True}, "limit": 1}) is None
+    assert limit({"key": PARTITION_TAG, "limit": 4}, {"key": "other", "limit": 1}) == 4
+    assert limit({"key": PARTITION_TAG, "value": {"applyLimitPerUniqueValue": False}, "limit": 3}) == 3
