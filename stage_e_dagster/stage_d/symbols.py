@@ -5,7 +5,8 @@ the symbol at the type line's right end tells most of them apart (issue 41). Sta
 silhouette it read (``ImageEvidence.symbol_shape``), ``stage-e catalog fetch-symbols`` each set's
 (``Expansion.symbol_shape``, loaded as ``PrintingFacts.symbol_shape``); both are made by
 :mod:`~stage_e_dagster.catalog.symbol_shape` and compared by overlap. A set whose cards print no
-symbol (core sets before Sixth Edition) has no shape: it is ranked last, unscored, and never wins.
+symbol (core sets before Sixth Edition, ``PRINTS_NO_SYMBOL``) is ranked last, unscored, and never wins,
+whatever icon the catalogue holds for it.
 """
 
 from __future__ import annotations
@@ -20,13 +21,18 @@ from ..catalog.symbol_shape import shape_overlap
 SYMBOL_MIN_OVERLAP = 0.65
 SYMBOL_MARGIN = 0.16
 
+# Sets whose cards print no symbol, though Scryfall (and Keyrune) draw them an icon: the core sets before
+# Sixth Edition, their collectors' and foreign black-bordered editions, and Summer Magic.
+PRINTS_NO_SYMBOL = frozenset({"lea", "leb", "2ed", "3ed", "4ed", "5ed", "sum", "ced", "cei", "fbb", "4bb"})
+
 
 def rank_symbols(read_shape: bytes, set_shapes: Mapping[str, bytes | None]) -> list[tuple[str, float | None]]:
     """Each set with the overlap of its symbol and the one read, best first (ties by set code); sets
     without a symbol follow with None, so a caller can say they were looked at."""
-    scored = sorted(((code, shape_overlap(read_shape, shape)) for code, shape in set_shapes.items()
+    shaped = {code: shape for code, shape in set_shapes.items() if code.lower() not in PRINTS_NO_SYMBOL}
+    scored = sorted(((code, shape_overlap(read_shape, shape)) for code, shape in shaped.items()
                      if shape is not None), key=lambda item: (-item[1], item[0]))
-    unscored = sorted((code, None) for code, shape in set_shapes.items() if shape is None)
+    unscored = sorted((code, None) for code in set_shapes if shaped.get(code) is None)
     return [(code, round(score, 4)) for code, score in scored] + unscored
 
 

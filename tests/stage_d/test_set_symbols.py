@@ -46,7 +46,10 @@ def svg(code: str) -> bytes:
 
 def disc(radius: float, *, square: bool = False) -> bytes:
     yy, xx = np.mgrid[:40, :40]
-    mask = (abs(yy - 20) < radius) & (abs(xx - 20) < radius) if square else (yy - 20) ** 2 + (xx - 20) ** 2 < radius ** 2
+    if square:
+        mask = (abs(yy - 20) < radius) & (abs(xx - 20) < radius)
+    else:
+        mask = (yy - 20) ** 2 + (xx - 20) ** 2 < radius ** 2
     shape = shape_descriptor(mask)
     assert shape is not None and len(shape) == SHAPE_BYTES
     return shape
@@ -59,6 +62,10 @@ def test_rank_reports_sets_without_a_symbol_last_and_they_never_win() -> None:
     assert ranking[0][1] == 1.0 and ranking[2][1] is None
     assert symbol_winner(circle, {"sq": square, "ci": circle, "lea": None}) == "ci"
     assert symbol_winner(circle, {"lea": None, "4ed": None}) is None
+    # Scryfall draws Alpha an icon, but its cards print none: never scored, whatever is stored.
+    assert rank_symbols(circle, {"lea": circle, "sq": square}) == [("sq", rank_symbols(circle, {"sq": square})[0][1]),
+                                                                   ("lea", None)]
+    assert symbol_winner(circle, {"lea": circle}) is None
     assert symbol_winner(None, {"ci": circle}) is None
 
 
