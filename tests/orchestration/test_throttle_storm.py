@@ -2,6 +2,12 @@
 
 A throttle slows the host (the shared pacer); each card waits only a short, jittered while, so the
 storm costs the tail minutes, not the half hour one card's doubling streak used to.
+
+The pacer's backoff is counted in the rate's own interval (each throttle doubles it, at most
+``MAX_BACKOFF_SCALE`` times), and at the shipped 7 requests a second a storm holds the host near that cap:
+about 2.3 s a request, five of the drill's six minutes. The drill's host is paced ten times faster
+(``STAGE_E_FETCH_RATE_PER_SEC``) and its seconds are counted at the shipped rate: the ten minutes still
+bound the same drill, and the cards' own waits and the runs' start-ups weigh more in them, not less.
 """
 
 from __future__ import annotations
@@ -18,6 +24,8 @@ from stage_e_dagster.catalog.engine import make_engine, session_scope
 from stage_e_dagster.catalog.migrate import upgrade
 from stage_e_dagster.catalog.models import Card, EnvelopeTrip, FetchOutcome, ImageEvidence
 from stage_e_dagster.corpus.seed import seed_corpus
+from stage_e_dagster.settings import Settings
+from stage_e_dagster.stage_c.pacer import MAX_BACKOFF_SCALE
 
 from .conftest import ImageServer
 from .test_daemon import Stack, assert_no_duplicates
@@ -26,7 +34,9 @@ pytestmark = pytest.mark.slow
 
 CARDS = 100
 STORM_SHARE = 0.3
-DONE_WITHIN_S = 600
+DONE_WITHIN_S = 600  # at the shipped rate
+SHIPPED_RATE_PER_SEC = float(Settings.model_fields["fetch_rate_per_sec"].default)
+DRILL_RATE_PER_SEC = 10 * SHIPPED_RATE_PER_SEC
 INSERT_CARD = sa.text(
     "INSERT INTO cards (identifier, name, image_locator, card_type, dpi, declared_content_hash) "
     "VALUES (:identifier, :name, :image_locator, :card_type, :dpi, :declared_content_hash)"
@@ -39,6 +49,13 @@ def _percentile(values: list[float], q: float) -> float:
     low = int(pos)
     high = min(low + 1, len(ordered) - 1)
     return ordered[low] + (ordered[high] - ordered[low]) * (pos - low)
+
+
+def _at_the_shipped_rate(took_s: float, requests: int) -> float:
+    """The drill's seconds had its host been paced at the shipped rate: each request's slot longer by the
+    two intervals' difference at the pacer's cap. A bound from above: the slower pace would hide the runs'
+    start-ups and the cards' own waits behind its slots, never add to them."""
+    return took_s + requests * MAX_BACKOFF_SCALE * (1 / SHIPPED_RATE_PER_SEC - 1 / DRILL_RATE_PER_SEC)
 
 
 def _take_out_cards(engine: sa.Engine, base_url: str, corpus: Path) -> list[dict[str, object]]:
@@ -72,7 +89,8 @@ def test_a_hundred_cards_under_a_thirty_percent_429_storm_are_done_within_ten_mi
     rows = _take_out_cards(engine, server.base, corpus)
     engine.dispose()
     stack = Stack(tmp_path, f"sqlite:///{catalog}", corpus,
-                  extra_env={"STAGE_E_MICRO_BATCH_SIZE": "10", "STAGE_E_MAX_CONCURRENT_DISPATCHES": "2"})
+                  extra_env={"STAGE_E_MICRO_BATCH_SIZE": "10", "STAGE_E_MAX_CONCURRENT_DISPATCHES": "2",
+                             "STAGE_E_FETCH_RATE_PER_SEC": f"{DRILL_RATE_PER_SEC:g}"})
     try:
         stack.start()
         stack.wait_until(lambda: _dispatch_ticked(stack.engine), timeout_s=300, what="the first dispatch tick")
@@ -82,6 +100,7 @@ def test_a_hundred_cards_under_a_thirty_percent_429_storm_are_done_within_ten_mi
         started = time.monotonic()
         stack.wait_until(stack.idle, timeout_s=DONE_WITHIN_S, what=f"{CARDS} cards through the storm")
         took_s = time.monotonic() - started
+        shipped_s = _at_the_shipped_rate(took_s, len(server.requests))
         with session_scope(stack.engine) as session:
             done = session.execute(sa.select(ImageEvidence.card_id, ImageEvidence.created_at,
                                              ImageEvidence.terminal)).all()
@@ -91,14 +110,15 @@ def test_a_hundred_cards_under_a_thirty_percent_429_storm_are_done_within_ten_mi
             throttled_most = session.execute(sa.select(sa.func.max(Card.throttle_count))).scalar_one()
         latencies = [(created - committed).total_seconds() for _, created, _ in done]
         print(f"\nstorm drill: {CARDS} cards, {server.throttled} of {len(server.requests)} requests answered 429; "
-              f"all done {took_s:.0f} s after the insert; insert-to-evidence p50 {_percentile(latencies, 0.5):.0f} s, "
+              f"all done {took_s:.0f} s after the insert at {DRILL_RATE_PER_SEC:g}/s, at most {shipped_s:.0f} s at "
+              f"{SHIPPED_RATE_PER_SEC:g}/s; insert-to-evidence p50 {_percentile(latencies, 0.5):.0f} s, "
               f"p90 {_percentile(latencies, 0.9):.0f} s, p99 {_percentile(latencies, 0.99):.0f} s, "
               f"max {max(latencies):.0f} s; outcomes {outcomes}; longest throttle streak left {throttled_most}")
         assert trips == []
         assert len(done) == CARDS and not any(terminal for _, _, terminal in done)
         assert server.throttled > 0 and outcomes.get("throttled", 0) == server.throttled
         assert sorted(server.served) == sorted(set(server.served)) and len(server.served) == CARDS
-        assert took_s <= DONE_WITHIN_S
+        assert shipped_s <= DONE_WITHIN_S
         assert_no_duplicates(stack.engine)
     finally:
         stack.stop()
