@@ -78,9 +78,9 @@ def fallback_cell(r: PhotoResult) -> str:
     return f"{r.fallback} ({', '.join(r.still_fit)})" if r.fallback and r.still_fit else r.fallback or "-"
 
 
-def evaluate_folder(folder: Path, labels: Path | None, as_json: bool) -> None:
+def evaluate_folder(folder: Path, labels: Path | None, as_json: bool, set_symbols: Path | None = None) -> None:
     try:
-        results = evaluate_photo_folder(folder, labels)
+        results = evaluate_photo_folder(folder, labels, set_symbols=set_symbols)
     except LabelFileError as exc:
         raise CliError(str(exc)) from None
     totals = photo_totals(results)
@@ -108,10 +108,13 @@ def evaluate(
                      "numbers and set codes read right, votes and wrong votes.")] = None,
     labels_csv: Annotated[Path | None, typer.Option(
         "--labels", help="With a folder: its labels CSV (default FOLDER/labels.csv).")] = None,
+    set_symbols: Annotated[Path | None, typer.Option(
+        "--set-symbols", help="With a folder: a folder of <set code>.svg icons for the scratch catalogue's sets "
+                              "(what `stage-e catalog fetch-symbols` stores from Scryfall).")] = None,
 ) -> None:
     """Report accuracy of the stored evidence (and votes) against LABELS, or run the stages on a folder of photos."""
     if labels.is_dir():
-        evaluate_folder(labels, labels_csv, as_json)
+        evaluate_folder(labels, labels_csv, as_json, set_symbols)
         return
     try:
         rows = load_labels(labels)

@@ -150,6 +150,17 @@ def render_face(p: PrintingSpec, v: Variant) -> Image.Image:
     return face
 
 
+def paint_symbol(face: Image.Image, glyph: Image.Image, ink: tuple[int, int, int] = (15, 15, 15)) -> Image.Image:
+    """``face`` with a real set's icon (``glyph``, drawn where it is opaque, about 4 % of the card's height)
+    in place of the made-up one at the type line's right end, inked as commons print it."""
+    face = face.copy()
+    w, h = face.size
+    face.paste((236, 230, 214), (round(0.82 * w), round(0.565 * h), round(0.935 * w), round(0.613 * h)))
+    face.paste(Image.new("RGB", glyph.size, ink),
+               (round(0.885 * w - glyph.width / 2), round(0.589 * h - glyph.height / 2)), glyph)
+    return face
+
+
 def add_bleed(face: Image.Image) -> Image.Image:
     """Extend the face by 1/8 inch on every side, repeating its edge as print files do."""
     w, h = face.size

@@ -212,16 +212,22 @@ def build_photo_catalogue(engine: sa.Engine, labels: list[PhotoLabel],
         return {key: p.id for key, p in truth.items()}
 
 
-def evaluate_photo_folder(folder: Path, labels_path: Path | None = None, *,
-                          workdir: Path | None = None) -> list[PhotoResult]:
+def evaluate_photo_folder(folder: Path, labels_path: Path | None = None, *, workdir: Path | None = None,
+                          set_symbols: Path | None = None) -> list[PhotoResult]:
     """Run Stage C and Stage D on every photo ``labels_path`` (default ``FOLDER/labels.csv``) labels."""
     folder = Path(folder).resolve()
-    return evaluate_photos(folder, load_photo_labels(labels_path or folder / LABELS_FILE), workdir=workdir)
+    return evaluate_photos(folder, load_photo_labels(labels_path or folder / LABELS_FILE), workdir=workdir,
+                           set_symbols=set_symbols)
 
 
-def evaluate_photos(folder: Path, labels: list[PhotoLabel], *, workdir: Path | None = None) -> list[PhotoResult]:
-    """Run Stage C and Stage D on every labelled photo in ``folder``; one result per label, in label order."""
-    # The stages (OCR, image decoding) load only when an evaluation runs.
+def evaluate_photos(folder: Path, labels: list[PhotoLabel], *, workdir: Path | None = None,
+                    set_symbols: Path | None = None) -> list[PhotoResult]:
+    """Run Stage C and Stage D on every labelled photo in ``folder``; one result per label, in label order.
+
+    ``set_symbols``: a folder of ``<set code>.svg`` icons standing in for the ones ``stage-e catalog
+    fetch-symbols`` stores; without it the catalogue knows no set's symbol."""
+    # The stages (OCR, image decoding) and the icon renderer load only when an evaluation runs.
+    from ..catalog_import.set_symbols import store_symbol_folder
     from ..stage_c.fetch import ImageFetcher
     from ..stage_c.run import run_stage_c
     from ..stage_d.run import run_stage_d
@@ -230,6 +236,8 @@ def evaluate_photos(folder: Path, labels: list[PhotoLabel], *, workdir: Path | N
     absent = sorted({lb.file for lb in labels if not (folder / lb.file).is_file()})
     if absent:
         raise LabelFileError(f"labelled photo(s) not in {folder}: {', '.join(absent)}")
+    if set_symbols is not None and not any(Path(set_symbols).glob("*.svg")):
+        raise LabelFileError(f"no set symbols (<set code>.svg) in {set_symbols}")
     # One upload per file: the first row of a photo of several cards names it, as an uploader would.
     uploads: dict[str, PhotoLabel] = {}
     for lb in labels:
@@ -239,6 +247,8 @@ def evaluate_photos(folder: Path, labels: list[PhotoLabel], *, workdir: Path | N
         try:
             upgrade(engine)
             truth = build_photo_catalogue(engine, labels)
+            if set_symbols is not None:
+                store_symbol_folder(engine, Path(set_symbols))
             with engine.begin() as conn:
                 ids = {file: int(conn.execute(sa.insert(Card).values(
                     identifier=file, name=lb.name, image_locator=(folder / file).as_uri(),

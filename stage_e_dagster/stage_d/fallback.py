@@ -4,14 +4,15 @@ Candidates are the printings of the card's name. What the card prints narrows th
 - the legal line's year: a card whose line reads "(c) 1995" was printed in 1995 (or released early
   in 1996), so a year before 1998, when numbers began, rules out every printing of other years and
   every later reprint; the early credit "Illus. (c)Name" dates a card to 1993-1994 the same way;
-- the border colour, read confidently on the card, and the artist credit (a reading that fits no
+- the border colour, read confidently on the card, the set symbol at the type line's right end (when
+  one set wins among the sets the name was printed in) and the artist credit (a reading that fits no
   candidate is treated as an OCR miss, not as a veto).
-When a printed date leaves one printing standing, the card is placed by its readings; an art hash,
-when the card and that printing have one, confirms or blocks it. When several still fit, the art
-hash must single one out, near enough and by a clear margin over the next; without one the
-calculator abstains and names the printings that fit (Alpha and Beta print the same face). Either
-way the vote must not contradict the printings the collector line reads as, and a title read with
-confidence as another name blocks it. It never votes no-match.
+When a printed date or the symbol leaves one printing standing, the card is placed by its readings;
+an art hash, when the card and that printing have one, confirms or blocks it. When several still
+fit, the art hash must single one out, near enough and by a clear margin over the next; without one
+the calculator abstains and names the printings that fit (Alpha and Beta print the same face).
+Either way the vote must not contradict the printings the collector line reads as, and a title read
+with confidence as another name blocks it. It never votes no-match.
 """
 
 from __future__ import annotations
@@ -42,6 +43,7 @@ from .decision import (
 )
 from .facts import PrintingFacts
 from .readings import year_is_marked
+from .symbols import symbol_winner
 
 ART_MAX_DISTANCE = 10      # of 64 bits: re-encoded, rescaled uploads of the same art stay well inside
 ART_MARGIN = 8             # the runner-up must be at least this much further away
@@ -73,11 +75,11 @@ def released_by(year: int, printing: PrintingFacts) -> bool:
 @dataclass(frozen=True)
 class PrintedFit:
     """The candidates that fit what the card prints, the readings that narrowed them, and whether a
-    printed date (the legal line's year, the early credit) was among them."""
+    printed date (the legal line's year, the early credit) or the set symbol was among them."""
 
     printings: list[PrintingFacts]
     readings: list[str]
-    dated: bool
+    anchored: bool   # a printed date or the set symbol chose among them
 
 
 def _dated_fit(evidence: Any, candidates: list[PrintingFacts]) -> tuple[list[PrintingFacts], str | None, bool]:
@@ -107,23 +109,46 @@ def fit_printed_readings(evidence: Any, candidates: Sequence[PrintingFacts]) -> 
     """Narrow ``candidates`` by what the card prints; a reading that fits none of them is ignored."""
     plausible = list(candidates)
     readings: list[str] = []
-    fits, reading, dated = _dated_fit(evidence, plausible)
+    fits, reading, anchored = _dated_fit(evidence, plausible)
     if reading and fits:
         plausible = fits
         readings.append(reading)
     else:
-        dated = False
+        anchored = False
 
     seen_border = confident_border(evidence)
     if seen_border and any(border_known(c.border_color) == seen_border for c in plausible):
         plausible = [c for c in plausible if border_known(c.border_color) in (seen_border, None)]
         readings.append("border")
 
+    of_symbol = _symbol_fit(evidence, candidates, plausible)
+    if of_symbol:
+        plausible = of_symbol
+        readings.append("symbol")
+        anchored = True
+
     artist_fits = [c for c in plausible if (artist_ratio(evidence.artist_name, c.artist) or 0) >= ARTIST_MATCH_RATIO]
     if artist_fits:
         plausible = artist_fits
         readings.append("artist")
-    return PrintedFit(plausible, readings, dated)
+    return PrintedFit(plausible, readings, anchored)
+
+
+def _symbol_fit(evidence: Any, candidates: Sequence[PrintingFacts],
+                plausible: list[PrintingFacts]) -> list[PrintingFacts]:
+    """The plausible printings of the set whose symbol the card prints, when one set wins by a clear
+    margin among every set the name was printed in and its printings all have frames that print no
+    number (a modern frame's number is the join key's to read); empty otherwise. The List's reprint
+    shows its first printing's symbol ("VIS-80" is Visions' card)."""
+    read = getattr(evidence, "symbol_shape", None)
+    if read is None:
+        return []
+    winner = symbol_winner(read, {c.set_code: c.symbol_shape for c in candidates})
+    if winner is None:
+        return []
+    fits = [c for c in plausible if c.set_code == winner or (
+        c.set_code in REPRINTS_AS_FIRST_PRINTED and c.number_key.startswith(f"{winner}-"))]
+    return fits if fits and all(c.frame in OLD_FRAMES for c in fits) else []
 
 
 def named(printings: Sequence[PrintingFacts]) -> list[str]:
@@ -139,10 +164,10 @@ def decide_fallback(evidence: Any, candidates: Sequence[PrintingFacts], name: st
     hashed = [c for c in fit.printings if c.art_phash is not None] if evidence.art_phash is not None else []
     if hashed:
         return _placed_by_art(evidence, candidates, fit, hashed, name)
-    if len(fit.printings) == 1 and fit.dated:
+    if len(fit.printings) == 1 and fit.anchored:
         return _checked_vote(evidence, candidates, fit.printings[0], CONFIDENCE_PRINTED_READINGS, name,
                              readings=fit.readings)
-    if len(fit.printings) > 1 and fit.dated:
+    if len(fit.printings) > 1 and fit.anchored:
         return abstain(A.AMBIGUOUS, fitting_printings=named(fit.printings), readings=fit.readings)
     return abstain(A.NO_ART_HASH)
 

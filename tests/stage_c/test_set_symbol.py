@@ -13,21 +13,19 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-import resvg_py
 from PIL import Image
 
 from stage_e_dagster.catalog_import.set_symbols import svg_symbol_shape
 from stage_e_dagster.corpus.catalogue import PrintingSpec
-from stage_e_dagster.corpus.render import Variant, render_face
+from stage_e_dagster.corpus.render import Variant, paint_symbol, render_face
 from stage_e_dagster.stage_c.compute import compute_evidence
 from stage_e_dagster.stage_c.localise import localise_card
 from stage_e_dagster.stage_c.set_symbol import read_symbol_shape
 from stage_e_dagster.stage_d.symbols import rank_symbols, symbol_winner
+from tests.set_symbols import SYMBOLS, keyrune_glyph, needs_symbols
 
 SHARED = Path(__file__).resolve().parents[2].parent / "shared" / "fixtures"
-SYMBOLS = SHARED / "set-symbols"
 PHOTOS = SHARED / "real-photos-2"
-needs_symbols = pytest.mark.skipif(not SYMBOLS.is_dir(), reason=f"the set symbols are not at {SYMBOLS}")
 NO_SYMBOL = ("lea", "leb", "2ed", "3ed", "4ed", "5ed")  # core sets before Sixth Edition print none
 
 
@@ -59,14 +57,8 @@ def ice_age_card(height: int = 1100) -> Image.Image:
                         artist="Christopher Rush", border_color="black", frame="1993", style="none",
                         released=date(1995, 6, 3), set_size=383, art_seed=7)
     face = render_face(spec, Variant(height=height, jpeg_quality=None))
-    w, h = face.size
-    side = round(0.042 * h)
-    png = resvg_py.svg_to_bytes(svg_path=str(SYMBOLS / "ice.svg"), height=side, skip_system_fonts=True)
-    glyph = Image.open(io.BytesIO(bytes(png))).convert("RGBA")
-    face.paste((236, 230, 214), (round(0.82 * w), round(0.565 * h), round(0.935 * w), round(0.613 * h)))
-    black = Image.new("RGB", glyph.size, (15, 15, 15))
-    face.paste(black, (round(0.885 * w - glyph.width / 2), round(0.589 * h - glyph.height / 2)), glyph)
-    return face
+    return paint_symbol(face, keyrune_glyph("ice", round(0.042 * face.height)))
+
 
 
 @needs_symbols

@@ -6,6 +6,9 @@ from datetime import date
 from types import SimpleNamespace
 from typing import Any
 
+import numpy as np
+
+from stage_e_dagster.catalog.symbol_shape import shape_descriptor
 from stage_e_dagster.stage_d import agents as A
 from stage_e_dagster.stage_d.facts import PrintingFacts
 from stage_e_dagster.stage_d.fallback import ART_MARGIN, ART_MAX_DISTANCE, decide_fallback
@@ -192,3 +195,41 @@ def test_an_art_hash_blocks_a_printed_placement_it_contradicts() -> None:
     rats_far = [*unhashed(PLAGUE_RATS[:3]), PrintingFacts(**{**PLAGUE_RATS[3].__dict__, "art_phash": flip(ART, 40)})]
     d = decide_fallback(old_frame(copyright_year=1995, legal_raw_text=FOURTH), rats_far, RATS)
     assert (d.kind, d.reason) == ("abstain", A.ELIMINATED)
+
+
+def glyph(kind: str) -> bytes:
+    """A stored symbol silhouette: a disc, a bar or a triangle (``catalog/symbol_shape.py``)."""
+    mask = np.zeros((64, 64), bool)
+    yy, xx = np.mgrid[:64, :64]
+    if kind == "disc":
+        mask = (yy - 32) ** 2 + (xx - 32) ** 2 <= 28 ** 2
+    elif kind == "bar":
+        mask[26:38, 4:60] = True
+    else:
+        mask = (yy >= 6) & (np.abs(xx - 32) <= (yy - 6) // 2)
+    shape = shape_descriptor(mask)
+    assert shape is not None
+    return shape
+
+
+def stones(weatherlight: str = "disc") -> list[PrintingFacts]:
+    return [PrintingFacts(1, "wth", "153", "en", "Adam Rex", "black", "1997", date(1997, 6, 9), None,
+                          symbol_shape=glyph(weatherlight)),
+            PrintingFacts(2, "pg07", "11", "en", "Adam Rex", "black", "2003", date(2007, 1, 1), None,
+                          symbol_shape=glyph("bar")),
+            PrintingFacts(3, "10e", "335", "en", "Adam Rex", "black", "2003", date(2007, 7, 13), None,
+                          symbol_shape=glyph("triangle"))]
+
+
+def test_the_set_symbol_places_an_old_frame_whose_year_was_not_read() -> None:
+    unread = dict(copyright_year=None, legal_raw_text="epos7 Wuasds ed the Cesa", art_phash=None,
+                  title_text="Mind Stone")
+    d = decide_fallback(ev(symbol_shape=glyph("disc"), **unread), stones(), "Mind Stone")
+    assert (d.kind, d.printing_id, d.confidence) == ("vote", 1, 0.75)
+    assert d.detail["readings"] == ["border", "symbol", "title"]
+    # A symbol that wins a modern frame's set places nothing: that frame prints a number to read.
+    d = decide_fallback(ev(symbol_shape=glyph("triangle"), **unread), stones(), "Mind Stone")
+    assert d.reason == A.NO_ART_HASH
+    # Two sets with one icon: no winner, nothing placed.
+    d = decide_fallback(ev(symbol_shape=glyph("bar"), **unread), stones(weatherlight="bar"), "Mind Stone")
+    assert d.reason == A.NO_ART_HASH
