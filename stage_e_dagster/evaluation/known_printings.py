@@ -8,14 +8,13 @@ printing: ``name``, ``set``, ``collector_number``, ``released``, ``border_color`
 
 from __future__ import annotations
 
-import csv
 from collections import defaultdict
 from dataclasses import dataclass
 from datetime import date
 from pathlib import Path
 
 from ..stage_d.names import normalize_name
-from .labels import LabelFileError
+from .labels import LabelFileError, read_csv_rows
 
 KNOWN_PRINTINGS = Path(__file__).with_name("known_printings.csv")
 COLUMNS = ("name", "set", "collector_number", "released", "border_color", "frame")
@@ -33,15 +32,7 @@ class KnownPrinting:
 
 def load_known_printings(path: Path = KNOWN_PRINTINGS) -> dict[str, list[KnownPrinting]]:
     """Known printings by normalised name, in file order; a malformed file is a :class:`LabelFileError`."""
-    try:
-        with open(path, newline="", encoding="utf-8") as fh:
-            reader = csv.DictReader(fh)
-            missing = [c for c in COLUMNS if c not in (reader.fieldnames or [])]
-            if missing:
-                raise LabelFileError(f"{path}: missing column(s) {', '.join(missing)}")
-            rows = list(reader)
-    except OSError as exc:
-        raise LabelFileError(f"cannot read known printings {path}: {exc.strerror or exc}") from None
+    rows = read_csv_rows(path, COLUMNS, "known printings")
     known: dict[str, list[KnownPrinting]] = defaultdict(list)
     for line, row in enumerate(rows, start=2):
         name, code = (row.get("name") or "").strip(), (row.get("set") or "").strip().lower()

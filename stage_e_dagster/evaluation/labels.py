@@ -6,6 +6,7 @@ what it knows (for instance only set code and collector number).
 
 from __future__ import annotations
 
+import csv
 import json
 from pathlib import Path
 from typing import Any
@@ -32,3 +33,17 @@ def load_labels(path: Path) -> list[dict[str, Any]]:
             raise LabelFileError(f"{path}:{number}: expected an object with a string 'identifier'")
         labels.append(row)
     return labels
+
+
+def read_csv_rows(path: Path, required: tuple[str, ...], what: str = "label file") -> list[dict[str, str]]:
+    """The rows of a CSV file with a header; an unreadable file or a missing column is a
+    :class:`LabelFileError` naming ``what`` and the file."""
+    try:
+        with open(path, newline="", encoding="utf-8") as fh:
+            reader = csv.DictReader(fh)
+            missing = [c for c in required if c not in (reader.fieldnames or [])]
+            if missing:
+                raise LabelFileError(f"{path}: missing column(s) {', '.join(missing)}")
+            return list(reader)
+    except OSError as exc:
+        raise LabelFileError(f"cannot read {what} {path}: {exc.strerror or exc}") from None

@@ -18,7 +18,6 @@ any vote on it is wrong; a digital render is flagged (``RENDER``) and read like 
 
 from __future__ import annotations
 
-import csv
 import re
 import tempfile
 from dataclasses import dataclass, field
@@ -37,7 +36,7 @@ from ..catalog.models import Card, Expansion, Printing, PrintingVote, ScanLog
 from ..stage_d.agents import FALLBACK_AGENT, JOIN_KEY_AGENT
 from ..stage_d.names import normalize_name
 from .known_printings import KnownPrinting, load_known_printings
-from .labels import LabelFileError
+from .labels import LabelFileError, read_csv_rows
 
 LABELS_FILE = "labels.csv"
 REQUIRED_COLUMNS = ("file", "set", "collector_number", "lang", "name")
@@ -111,15 +110,7 @@ class PhotoResult:
 
 def load_photo_labels(path: Path) -> list[PhotoLabel]:
     """Rows of a labels CSV; a missing file, column or value is a :class:`LabelFileError`."""
-    try:
-        with open(path, newline="", encoding="utf-8") as fh:
-            reader = csv.DictReader(fh)
-            missing = [c for c in REQUIRED_COLUMNS if c not in (reader.fieldnames or [])]
-            if missing:
-                raise LabelFileError(f"{path}: missing column(s) {', '.join(missing)}")
-            rows = list(reader)
-    except OSError as exc:
-        raise LabelFileError(f"cannot read label file {path}: {exc.strerror or exc}") from None
+    rows = read_csv_rows(path, REQUIRED_COLUMNS)
     labels = []
     for line, row in enumerate(rows, start=2):
         empty = [c for c in ("file", "set", "name") if not (row.get(c) or "").strip()]
