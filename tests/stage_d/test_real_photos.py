@@ -75,3 +75,13 @@ def test_a_labelled_photo_missing_from_the_folder_is_a_named_error(tmp_path: Pat
                                         encoding="utf-8")
     with pytest.raises(LabelFileError, match="absent.jpg"):
         evaluate_photo_folder(tmp_path)
+
+
+def test_a_set_symbols_folder_without_icons_is_a_named_error(tmp_path: Path) -> None:
+    (tmp_path / LABELS_FILE).write_text("file,set,collector_number,lang,name\ncard.jpg,vis,80,en,Goblin Recruiter\n",
+                                        encoding="utf-8")
+    (tmp_path / "card.jpg").write_bytes(b"not read: the folder of icons is refused first")
+    empty = tmp_path / "icons"
+    empty.mkdir()
+    with pytest.raises(LabelFileError, match="no set symbols"):
+        evaluate_photo_folder(tmp_path, set_symbols=empty)
