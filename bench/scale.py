@@ -72,9 +72,10 @@ from stage_e_dagster.settings import load_settings  # noqa: E402
 PARTS = ("dispatch", "sensors", "retention")
 RUN_EVENTS = {DagsterEventType.RUN_STARTING, DagsterEventType.RUN_START, DagsterEventType.STEP_START,
               DagsterEventType.STEP_SUCCESS, DagsterEventType.RUN_SUCCESS}
-# Two dispatch runs of two cards at this machine's bulk rate; one retention tick of each kind.
+# Two dispatch runs of two cards at this machine's bulk rate; one retention tick of each kind; each import
+# timed once (a fresh interpreter is 1-3 s, and ten of them were a fifth of the smoke run).
 SMOKE = {"cards": 4, "batch_target_s": 6.0, "runs": "100,1000", "partitions": "100,1000", "reps": 2, "warmup": 1,
-         "retention_partitions": 400}
+         "retention_partitions": 100, "import_reps": 1}
 
 
 def load_line(label: str) -> str:
@@ -211,7 +212,7 @@ def import_seconds(module: str, reps: int = 5) -> float:
     return median(times)
 
 
-def report_dispatch(f: DispatchFigures) -> list[str]:
+def report_dispatch(f: DispatchFigures, import_reps: int = 5) -> list[str]:
     runs = f.runs
     for i, r in enumerate(runs, start=1):
         print(f"  run {i:2d}: {r.cards:4d} cards  created->dequeued {r.dequeued - r.created:6.2f} s  "
@@ -227,7 +228,7 @@ def report_dispatch(f: DispatchFigures) -> list[str]:
     fixed = [r.fixed_s for r in runs]
     launch = median([r.started - r.dequeued for r in runs])
     to_first_step = median([r.first_step - r.dequeued for r in runs])
-    bare, location = import_seconds("dagster"), import_seconds("stage_e_dagster.definitions")
+    bare, location = import_seconds("dagster", import_reps), import_seconds("stage_e_dagster.definitions", import_reps)
     lines = [
         f"ratio cards/s per run worker / bulk --workers 1: {f.worker_rate / f.bulk_rate:.3f}   "
         f"({f.worker_rate:.3f} vs {f.bulk_rate:.3f} cards/s; batch median {median([r.cards for r in runs]):g} cards, "
@@ -366,6 +367,7 @@ def main() -> int:
     parser.add_argument("--warmup", type=int, default=2, help="untimed sensor rounds first")
     parser.add_argument("--retention-partitions", type=int, default=2_000, help="finished batches for retention")
     parser.add_argument("--retention-spread-days", type=float, default=28.0, help="how far back they finished")
+    parser.add_argument("--import-reps", type=int, default=5, help="fresh interpreters timed per import")
     parser.add_argument("--smoke", action="store_true", help="tiny sizes, about a minute")
     parser.add_argument("--keep", type=Path, help="keep the work folder here instead of a temporary one")
     args = parser.parse_args()
@@ -384,7 +386,7 @@ def main() -> int:
         if "dispatch" in parts:
             figures = dispatch_part(args, folder)
             loads.append(load_line("after dispatch"))
-            summary += report_dispatch(figures)
+            summary += report_dispatch(figures, args.import_reps)
         if "sensors" in parts:
             summary += sensors_part(args, folder)
             loads.append(load_line("after sensors"))
