@@ -10,17 +10,19 @@ for each kind. After each stop it checks:
   * ``stage-e demo`` exited 0, and no process of the cycle this script inherited as an orphan (it is
     their subreaper: a run worker whose code server stopped first) ended by a signal;
   * the cycle's logs (the demo's output, which ``dg dev`` and its children share, and the headless
-    daemon's log) hold none of ``BAD_LOG_LINES``: a traceback, gRPC's "epoll_wait error" before an
-    abort, a fatal error, ``dg dev`` reporting a service that died or had to be killed;
+    daemon's log) hold none of ``service_logs.BAD_LOG_LINES``: a traceback, gRPC's "epoll_wait error"
+    before an abort, a fatal error, ``dg dev`` reporting a service that died or had to be killed;
   * no process of the cycle is left: none still carries the cycle's mark in its environment (every
     process the demo starts inherits it, whatever group it is in).
 
 Each problem is named by its kind: ``[abort]`` (a process ended by a signal, gRPC's epoll error, a fatal
 error), ``[left]``, ``[exit]``, ``[log]`` (any other bad line), ``[timeout]``, and ``[dagster-race]``:
-Dagster 1.13.27's daemon closes its workspace before its sensor threads finish, so a sensor tick
-submitted just before the stop starts afterwards and logs ``DagsterCodeLocationNotFoundError``
-with a traceback (``dagster/_daemon/controller.py``: the daemons' thread pools are shut down after
-the workspace context). It is named apart so that it is neither hidden nor confused with an abort.
+Dagster 1.13.27's daemon closes its workspace before it shuts its daemons' thread pools down
+(``dagster/_daemon/controller.py``), so work still in a pool at the stop asks for the code location
+afterwards and logs ``DagsterCodeLocationNotFoundError`` with a traceback. The sensors used to tick in
+such a pool; they tick in the daemon's own thread now (``sensors: use_threads: false``), which the daemon
+joins before it closes the workspace. The run queue's dequeue pool can still hit it, so it stays named
+apart (``stage_e_dagster/service_logs.py``): neither hidden nor confused with an abort, and still a failure.
 
 The first cycle seeds the demo's corpus (``--cards``). One line per cycle, then a summary; exit 1 if
 any cycle had a problem of any kind. Issue 40 item 6: a daemon that aborted with SIGABRT when started.
@@ -53,15 +55,10 @@ from stage_e_dagster.catalog.models import Card
 from stage_e_dagster.code_server import free_port
 from stage_e_dagster.defs.dagster_internals import runs_count
 from stage_e_dagster.process_groups import start_group
+from stage_e_dagster.service_logs import bad_lines
 
 BIN = Path(sys.executable).parent
 MARK = "SERVICE_CYCLES_MARK"
-ABORT_LINES = ("epoll_wait error", "Fatal", "Check failed", "core dumped")
-BAD_LOG_LINES = (*ABORT_LINES, "Traceback", "shut down unexpectedly", "did not terminate cleanly")
-# What the daemon logs once its threads are joined, just before it closes its workspace; and what a
-# sensor tick that starts after that raises (see the module docstring).
-DAEMON_THREADS_DOWN = "Daemon threads shut down."
-LOCATION_GONE = "DagsterCodeLocationNotFoundError: Location stage_e_dagster does not exist in workspace"
 # What the daemon logs each time it evaluates a sensor through the code server: the services are up.
 SENSOR_EVALUATED = "Checking for new runs for sensor"
 # Bars no load can cross: the cycles start and stop the services, and on a shared machine other jobs' load
@@ -263,25 +260,6 @@ class Cycles:
         for path in logs:
             text = self.log_text(path, daemon_offset if path == self.daemon_log else 0)
             outcome.problems += [f"{kind} {path.name}: {line}" for kind, line in bad_lines(text)]
-
-
-def bad_lines(text: str) -> list[tuple[str, str]]:
-    """(kind, line) for each bad line of a log; a traceback counts once, by the exception it ends in."""
-    lines = text.splitlines()
-    shut_down_at = next((i for i, line in enumerate(lines) if DAEMON_THREADS_DOWN in line), len(lines))
-    found = []
-    for i, line in enumerate(lines):
-        if not any(bad in line for bad in BAD_LOG_LINES):
-            continue
-        if "Traceback" in line:
-            # The exception line: the first one after the traceback's indented frames.
-            line = next((after for after in lines[i + 1:] if after and not after[0].isspace()), line)
-            race = i > shut_down_at and LOCATION_GONE in line
-            found.append(("[dagster-race]" if race else "[log]", line.strip()[:200]))
-        else:
-            kind = "[abort]" if any(bad in line for bad in ABORT_LINES) else "[log]"
-            found.append((kind, line.strip()[:200]))
-    return found
 
 
 def line(o: Outcome, total: int) -> str:

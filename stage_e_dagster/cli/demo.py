@@ -130,6 +130,10 @@ def stop_process_group(proc: subprocess.Popen[bytes], *, grace_s: float = STOP_G
     Interrupting the whole group at once would make every child print a traceback and fail a run
     being launched. A run worker still busy afterwards may finish its batch for ``DRAIN_S``;
     whatever is left in the group then gets SIGTERM, then SIGKILL.
+
+    The daemon always stops before the code server it calls (``dg dev`` waits for it first; headless, it
+    stops its own code server last). What a sensor tick in flight does at the stop is decided inside the
+    daemon, not here: the instance files keep the sensors out of a thread pool for it (``dagster.yaml``).
     """
     pgid = proc.pid
     if proc.poll() is None:

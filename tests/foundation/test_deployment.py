@@ -311,16 +311,14 @@ def test_the_chart_serves_the_same_code_location_the_image_does(values: dict[str
     assert deployment["securityContext"]["runAsNonRoot"] is True
 
 
-def test_sensors_tick_in_threads_in_every_instance_file_and_the_chart(values: dict[str, Any], tmp_path: Path) -> None:
-    """An idle ``card_created_sensor`` tick watches for new cards for seconds: in threads it holds back no
-    other sensor, and a tick's run requests are submitted side by side (one pass of the run queue)."""
-    chart = values["dagsterDaemon"]["sensors"]
-    rendered = {
-        "use_threads": chart["useThreads"],
-        "num_workers": chart["numWorkers"],
-        "num_submit_workers": chart["numSubmitWorkers"],
-    }
-    assert rendered["use_threads"] is True and rendered["num_workers"] >= 3  # the dispatch and envelope sensors
+def test_sensors_tick_in_the_daemons_sensor_thread_in_every_instance_file_and_the_chart(
+    values: dict[str, Any], tmp_path: Path
+) -> None:
+    """Dagster 1.13.27's daemon closes its workspace at a stop before it shuts a sensor thread pool down, so a
+    tick in the pool then fails with a traceback; the sensor thread itself is joined before the close
+    (``tests/orchestration/test_service_cycles.py`` stops the daemon mid-tick with these settings)."""
+    rendered = {"use_threads": values["dagsterDaemon"]["sensors"]["useThreads"]}
+    assert rendered == {"use_threads": False}
     for path in INSTANCE_YAMLS:
         assert load(path)["sensors"] == rendered, path
     (tmp_path / "dagster.yaml").write_text(yaml.safe_dump({"sensors": rendered}))
