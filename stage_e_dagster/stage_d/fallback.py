@@ -113,8 +113,8 @@ def fit_printed_readings(evidence: Any, candidates: Sequence[PrintingFacts]) -> 
     if reading and fits:
         plausible = fits
         readings.append(reading)
-    else:
-        anchored = False
+    # A number read means a frame that prints one: an early-looking year there is a misread.
+    anchored = anchored and bool(reading and fits) and not getattr(evidence, "collector_number", None)
 
     seen_border = confident_border(evidence)
     if seen_border and any(border_known(c.border_color) == seen_border for c in plausible):

@@ -233,3 +233,12 @@ def test_the_set_symbol_places_an_old_frame_whose_year_was_not_read() -> None:
     # Two sets with one icon: no winner, nothing placed.
     d = decide_fallback(ev(symbol_shape=glyph("bar"), **unread), stones(weatherlight="bar"), "Mind Stone")
     assert d.reason == A.NO_ART_HASH
+
+
+def test_a_card_that_prints_a_number_is_never_dated_by_its_year() -> None:
+    """A modern reprint's "(c) 2017" misread as 1997, its number misread too (it places nothing): no date,
+    so no vote for the 1997 printing."""
+    stone = stones()
+    d = decide_fallback(ev(copyright_year=1997, legal_raw_text="\u00a91997 Wizards of the Coast", art_phash=None,
+                           collector_number="338", title_text="Mind Stone"), stone[:1] + stone[2:], "Mind Stone")
+    assert d.reason == A.NO_ART_HASH
