@@ -18,7 +18,7 @@ from __future__ import annotations
 import time
 from collections import Counter
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any, Callable, Iterator
 
 import sqlalchemy as sa
 
@@ -30,7 +30,7 @@ from ..stage_c.hashing import phash_int
 # Scryfall asks for 50-100 ms between requests, 10 requests per second on average, on its API and
 # image hosts alike (https://scryfall.com/docs/api, "Rate Limits and Good Citizenship").
 SCRYFALL_RATE_PER_SEC = 10.0
-PAGE = 200  # pending printings read per query (keyset by id)
+PAGE = 200  # pending rows read per query (keyset by id)
 
 
 @dataclass
@@ -79,27 +79,33 @@ def hash_art(engine: sa.Engine, fetcher: ImageFetcher, *, limit: int | None = No
     """
     report = ArtHashReport(pending=count_pending(engine))
     started = time.perf_counter()
-    after, tried = 0, 0
     try:
-        while limit is None or tried < limit:
-            with engine.connect() as conn:
-                page = conn.execute(
-                    sa.select(Printing.id, Printing.art_crop_url).where(_pending(), Printing.id > after)
-                    .order_by(Printing.id).limit(PAGE)
-                ).all()
-            if not page:
-                break
-            for printing_id, url in page:
-                if limit is not None and tried >= limit:
-                    break
-                after, tried = printing_id, tried + 1
-                if not _hash_one(engine, fetcher, printing_id, url, report):
-                    return report
-                if progress is not None:
-                    progress(1)
+        for printing_id, url in pending_rows(engine, Printing.id, Printing.art_crop_url, _pending(), limit):
+            if not _hash_one(engine, fetcher, printing_id, url, report):
+                return report
+            if progress is not None:
+                progress(1)
     finally:
         report.elapsed_s = time.perf_counter() - started
     return report
+
+
+def pending_rows(engine: sa.Engine, id_column: Any, value_column: Any, pending: Any,
+                 limit: int | None) -> Iterator[tuple[int, Any]]:
+    """(id, value) of the rows ``pending`` holds for, in id order, at most ``limit``: read ``PAGE`` at a time
+    by keyset, so a row done meanwhile (or failing, and still pending) is never read twice in one run."""
+    after, tried = 0, 0
+    while limit is None or tried < limit:
+        with engine.connect() as conn:
+            page = conn.execute(sa.select(id_column, value_column).where(pending, id_column > after)
+                                .order_by(id_column).limit(PAGE)).all()
+        if not page:
+            return
+        for row_id, value in page:
+            if limit is not None and tried >= limit:
+                return
+            after, tried = row_id, tried + 1
+            yield row_id, value
 
 
 def _hash_one(engine: sa.Engine, fetcher: ImageFetcher, printing_id: int, url: str, report: ArtHashReport) -> bool:

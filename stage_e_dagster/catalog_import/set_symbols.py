@@ -29,14 +29,13 @@ from PIL import Image
 from ..catalog.models import Expansion
 from ..catalog.symbol_shape import shape_descriptor
 from ..stage_c.fetch import CONFIG_REFUSED, OK, THROTTLED, FetchLockout, ImageFetcher
-from .art_hashes import SCRYFALL_RATE_PER_SEC
+from .art_hashes import SCRYFALL_RATE_PER_SEC, pending_rows
 
 __all__ = ["BAD_SVG", "SCRYFALL_RATE_PER_SEC", "SymbolReport", "SymbolSvgError", "count_pending", "fetch_symbols",
            "store_symbol_svg", "svg_symbol_shape"]
 
 BAD_SVG = "bad-svg"
 RENDER_HEIGHT = 128  # pixels the icon is drawn at before it is cut to its box and scaled to the descriptor
-PAGE = 200
 
 
 class SymbolSvgError(ValueError):
@@ -126,29 +125,17 @@ def fetch_symbols(engine: sa.Engine, fetcher: ImageFetcher, *, limit: int | None
     """
     report = SymbolReport(pending=count_pending(engine))
     started = time.perf_counter()
-    after, tried = 0, 0
     rendered: dict[str, bytes | str] = {}  # URI -> descriptor, or the error class it failed with
     try:
-        while limit is None or tried < limit:
-            with engine.connect() as conn:
-                page = conn.execute(
-                    sa.select(Expansion.id, Expansion.symbol_svg_uri).where(_pending(), Expansion.id > after)
-                    .order_by(Expansion.id).limit(PAGE)
-                ).all()
-            if not page:
-                break
-            for expansion_id, uri in page:
-                if limit is not None and tried >= limit:
-                    break
-                after, tried = expansion_id, tried + 1
-                if uri not in rendered:
-                    outcome = _fetch_one(fetcher, uri, report)
-                    if outcome is None:
-                        return report
-                    rendered[uri] = outcome
-                _store(engine, expansion_id, uri, rendered[uri], report)
-                if progress is not None:
-                    progress(1)
+        for expansion_id, uri in pending_rows(engine, Expansion.id, Expansion.symbol_svg_uri, _pending(), limit):
+            if uri not in rendered:
+                outcome = _fetch_one(fetcher, uri, report)
+                if outcome is None:
+                    return report
+                rendered[uri] = outcome
+            _store(engine, expansion_id, uri, rendered[uri], report)
+            if progress is not None:
+                progress(1)
     finally:
         report.elapsed_s = time.perf_counter() - started
     return report
