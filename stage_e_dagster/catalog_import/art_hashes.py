@@ -108,23 +108,37 @@ def pending_rows(engine: sa.Engine, id_column: Any, value_column: Any, pending: 
             yield row_id, value
 
 
-def _hash_one(engine: sa.Engine, fetcher: ImageFetcher, printing_id: int, url: str, report: ArtHashReport) -> bool:
-    """Fetch, hash and store one printing's art; False when the run must stop."""
+def fetched_body(fetcher: ImageFetcher, url: str, report: Any) -> bytes | str | None:
+    """The body at ``url``; or why not, as a name: ``THROTTLED`` (the pacer has widened the interval, the row
+    stays pending) or the fetch's error class; None when the run must stop, with ``report.stopped`` and
+    ``report.stop_detail`` saying why (a 403, or a host the settings refuse)."""
     try:
         result = fetcher.fetch(url)
     except FetchLockout as exc:
         report.stopped, report.stop_detail = "lockout", str(exc)
-        return False
+        return None
     if result.outcome == CONFIG_REFUSED:
         report.stopped, report.stop_detail = result.error_class, result.detail
-        return False
+        return None
     if result.outcome == THROTTLED:
-        report.throttled += 1  # the pacer has widened the interval; the printing stays pending
-        return True
+        return THROTTLED
     if result.outcome != OK or result.data is None:
-        report.failed[result.error_class or result.outcome] += 1
+        return result.error_class or result.outcome
+    return result.data
+
+
+def _hash_one(engine: sa.Engine, fetcher: ImageFetcher, printing_id: int, url: str, report: ArtHashReport) -> bool:
+    """Fetch, hash and store one printing's art; False when the run must stop."""
+    body = fetched_body(fetcher, url, report)
+    if body is None:
+        return False
+    if body == THROTTLED:
+        report.throttled += 1  # the printing stays pending
         return True
-    decoded = decode_image(result.data)
+    if isinstance(body, str):
+        report.failed[body] += 1
+        return True
+    decoded = decode_image(body)
     if decoded.image is None:
         report.failed[decoded.error or "not-an-image"] += 1
         return True

@@ -28,8 +28,8 @@ from PIL import Image
 
 from ..catalog.models import Expansion
 from ..catalog.symbol_shape import shape_descriptor
-from ..stage_c.fetch import CONFIG_REFUSED, OK, THROTTLED, FetchLockout, ImageFetcher
-from .art_hashes import SCRYFALL_RATE_PER_SEC, pending_rows
+from ..stage_c.fetch import THROTTLED, ImageFetcher
+from .art_hashes import SCRYFALL_RATE_PER_SEC, fetched_body, pending_rows
 
 __all__ = ["BAD_SVG", "SCRYFALL_RATE_PER_SEC", "SymbolReport", "SymbolSvgError", "count_pending", "fetch_symbols",
            "store_symbol_svg", "svg_symbol_shape"]
@@ -142,21 +142,13 @@ def fetch_symbols(engine: sa.Engine, fetcher: ImageFetcher, *, limit: int | None
 
 
 def _fetch_one(fetcher: ImageFetcher, uri: str, report: SymbolReport) -> bytes | str | None:
-    """One icon's descriptor, or the error class it failed with; None when the run must stop."""
+    """One icon's descriptor, or the error class it failed with (``THROTTLED``: the set stays pending); None
+    when the run must stop."""
+    body = fetched_body(fetcher, uri, report)
+    if body is None or isinstance(body, str):
+        return body
     try:
-        result = fetcher.fetch(uri)
-    except FetchLockout as exc:
-        report.stopped, report.stop_detail = "lockout", str(exc)
-        return None
-    if result.outcome == CONFIG_REFUSED:
-        report.stopped, report.stop_detail = result.error_class, result.detail
-        return None
-    if result.outcome == THROTTLED:
-        return THROTTLED  # the pacer has widened the interval; the set stays pending
-    if result.outcome != OK or result.data is None:
-        return result.error_class or result.outcome
-    try:
-        return svg_symbol_shape(result.data)
+        return svg_symbol_shape(body)
     except SymbolSvgError:
         return BAD_SVG
 
