@@ -50,7 +50,7 @@ from stage_e_dagster.definitions import defs  # what a run worker loads before i
 from stage_e_dagster.stage_c import compute, extractors, text_model
 from stage_e_dagster.stage_c.lexicon import known_set_codes
 
-CLOSER = {"_strip", "_closer_on_card", "_closer_on_upload", "_detect_in_parts"}
+CLOSER = {"_strip", "_closer_on_card", "_closer_on_upload", "_closer_on_text_region"}
 profile, counts = {}, {}
 
 def closer():
