@@ -151,10 +151,10 @@ Confirms = Callable[["CardText"], bool]
 
 def _to_bgr(image: Image.Image) -> np.ndarray:
     """The image as the model's BGR array (OpenCV swaps the channels in one pass; a reversed view made
-    contiguous by NumPy cost a photo 15-20 ms)."""
+    contiguous by NumPy cost a photo 15-20 ms). An RGB image is not converted: that is a copy of it."""
     import cv2
 
-    return cv2.cvtColor(np.asarray(image.convert("RGB")), cv2.COLOR_RGB2BGR)
+    return cv2.cvtColor(np.asarray(image if image.mode == "RGB" else image.convert("RGB")), cv2.COLOR_RGB2BGR)
 
 
 def _resized(bgr: np.ndarray, side: int) -> tuple[np.ndarray, float]:
