@@ -266,6 +266,13 @@ class TreeCpu(Periodic):
             totals[kind] = (count + 1, seconds + cpu)
         return totals
 
+    def sightings(self, kind: str) -> list[tuple[int, float, float]]:
+        """(pid, first seen, last seen) of each process of ``kind``, by first sighting (``time.time()`` of
+        the samples): a process started up to ``every_s`` before its first sighting and ended up to
+        ``every_s`` after its last. Only the roots' descendants are seen, from the ``with`` block's start."""
+        return sorted(((pid, first, last) for pid, (seen_kind, _, first, last) in self._seen.items()
+                       if seen_kind == kind), key=lambda seen: (seen[1], seen[0]))
+
     def worker_busy(self) -> list[float]:
         """Each worker's CPU over the time it was seen (1.0: never waited for a core or anything else),
         for the workers seen for ten samples or more (a shorter life says little)."""

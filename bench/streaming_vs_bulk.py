@@ -59,7 +59,7 @@ from pathlib import Path
 from typing import Callable, Iterator
 
 import sqlalchemy as sa
-from dagster import DagsterInstance, DagsterRunStatus, RunsFilter
+from dagster import DagsterEventType, DagsterInstance, DagsterRunStatus, RunsFilter
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _support import (  # noqa: E402
@@ -77,9 +77,10 @@ from _support import (  # noqa: E402
     serving_code,
 )
 
-from stage_e_dagster.catalog.models import Card, EnvelopeTrip, PoolControl  # noqa: E402
+from stage_e_dagster.catalog.models import Card, EnvelopeTrip, MicroBatch, PoolControl  # noqa: E402
+from stage_e_dagster.defs.dagster_internals import run_events  # noqa: E402
 from stage_e_dagster.defs.run_ends import runs_in_progress  # noqa: E402
-from stage_e_dagster.defs.tags import DISPATCH_POOL  # noqa: E402
+from stage_e_dagster.defs.tags import DISPATCH_POOL, PARTITION_TAG  # noqa: E402
 from stage_e_dagster.envelope.signals import CpuPressure  # noqa: E402
 from stage_e_dagster.settings import load_settings, usable_cpus  # noqa: E402
 
@@ -88,6 +89,11 @@ SAMPLE_S = 2.0
 # The neighbour arm's drain runs this long (or --neighbour-s if shorter) before the neighbour starts.
 WARM_S = 30.0
 BUSY_NEIGHBOUR = [sys.executable, "-c", "while True: pass"]
+# The drain's per-run timeline prints at most this many runs (a 1,000-card drain has a handful).
+TIMELINE_RUNS = 40
+# What a ``dagster api grpc`` started with ``--heartbeat`` logs when its client stopped sending heartbeats.
+NO_HEARTBEAT = "No heartbeat received"
+HEARTBEAT_LINES = 10
 INSERT_CARD = sa.text(
     "INSERT INTO cards (identifier, name, image_locator, card_type, dpi, declared_content_hash) "
     "VALUES (:identifier, :name, :image_locator, :card_type, :dpi, :declared_content_hash)"
@@ -113,6 +119,20 @@ class Sample:
     trips: int
 
 
+@dataclass(frozen=True)
+class RunLine:
+    """One dispatch run of a drain, its times in seconds from the services' start."""
+
+    run_id: str
+    batch: str | None  # its partition: the micro-batch's key
+    cards: int | None  # the cards in that micro-batch (``micro_batches.card_ids``)
+    created_s: float
+    started_s: float | None
+    ended_s: float | None
+    status: str
+    enqueued: int  # PIPELINE_ENQUEUED events: above 1, the run queue re-submitted it (its launch failed)
+
+
 @dataclass
 class StreamDrain:
     cards: int
@@ -127,6 +147,12 @@ class StreamDrain:
     bench_cpu_s: float = 0.0
     cpu: dict[str, tuple[int, float]] = field(default_factory=dict)  # TreeCpu.by_kind over the drain
     busy: list[float] = field(default_factory=list)  # each run worker's CPU over its life
+    started_at: float = 0.0  # the services' start, time.time()
+    # (pid, first, last sighting in s from the services' start) of each code server TreeCpu saw: one that
+    # replaced another mid-drain shows as a second pid first seen then.
+    code_servers: list[tuple[int, float, float]] = field(default_factory=list)
+    timeline: list[RunLine] = field(default_factory=list)  # the drain's dispatch runs, by start
+    no_heartbeat: list[str] = field(default_factory=list)  # the services' log lines saying NO_HEARTBEAT
 
 
 @dataclass
@@ -261,6 +287,33 @@ def first_run_start(instance: DagsterInstance) -> float | None:
     return min(starts) if starts else None
 
 
+def run_timeline(instance: DagsterInstance, records: list, reader: sa.Engine,  # type: ignore[type-arg]
+                 started: float) -> list[RunLine]:
+    """Each dispatch run's batch, times, status and enqueue count, ordered by start (unstarted last)."""
+    keys = [r.dagster_run.tags.get(PARTITION_TAG) for r in records]
+    with reader.connect() as conn:
+        sizes = {key: len(ids or []) for key, ids in conn.execute(
+            sa.select(MicroBatch.batch_key, MicroBatch.card_ids).where(MicroBatch.batch_key.in_(
+                [k for k in keys if k])))}
+    lines = [RunLine(
+        r.dagster_run.run_id, key, sizes.get(key), r.create_timestamp.timestamp() - started,
+        None if r.start_time is None else r.start_time - started,
+        None if r.end_time is None else r.end_time - started, r.dagster_run.status.value,
+        len(run_events(instance, r.dagster_run.run_id, DagsterEventType.PIPELINE_ENQUEUED)),
+    ) for r, key in zip(records, keys)]
+    return sorted(lines, key=lambda x: (x.started_s is None, x.started_s or 0.0, x.created_s))
+
+
+def no_heartbeat_lines(log: Path) -> list[str]:
+    """The lines of the services' log (the daemon's and the code server's output, both appended to
+    ``log`` by ``streaming``) that say a code server got no heartbeat. The bench's own code server runs
+    without ``--heartbeat``, so it never logs one; a code server the daemon starts itself (a
+    ``python_module`` workspace) does, with ``--heartbeat-timeout 20``."""
+    if not log.exists():
+        return []
+    return [line.strip() for line in log.read_text(errors="replace").splitlines() if NO_HEARTBEAT in line]
+
+
 def drain_with_daemon(side: Side, folder: Path, timeout_s: float, trickle: list[dict[str, object]],
                       every_s: float) -> StreamDrain:
     """The daemon started on the catalogue with its backlog in it, timed from its start to the backlog
@@ -273,6 +326,7 @@ def drain_with_daemon(side: Side, folder: Path, timeout_s: float, trickle: list[
         with TreeCpu(server.pid, daemon.pid) as cpu:
             wait_until(lambda: backlog(reader) == (0, 0), daemon, log, timeout_s, "empty backlog")
             cpu.sample()
+        code_servers = [(pid, first - started, last - started) for pid, first, last in cpu.sightings("code server")]
         drained_at, own_cpu = time.time(), time.process_time() - own_cpu
         cards = card_count(reader)
         # Let the last runs write their final events, so the trickle starts on an idle daemon.
@@ -280,16 +334,20 @@ def drain_with_daemon(side: Side, folder: Path, timeout_s: float, trickle: list[
         records = dispatch_records(instance)
         first_start = first_run_start(instance)
         first_created = min((r.create_timestamp.timestamp() for r in records), default=started)
+        timeline = run_timeline(instance, records, reader, started)
         samples = [s for s in sampler.samples if s.at_s <= drained_at - started]
         latencies = trickle_latencies(side.url, trickle, every_s, daemon, log) if trickle else []
         if trickle:
             wait_until(lambda: backlog(reader) == (0, 0) and runs_in_progress(instance) == 0,
                        daemon, log, 120, "idle daemon after the trickle")
+    # Read once the services have stopped, so the whole log is in (the work folder goes unless --keep).
+    no_heartbeat = no_heartbeat_lines(log)
     failed = sum(r.dagster_run.status != DagsterRunStatus.SUCCESS for r in records)
     instance.dispose()
     reader.dispose()
     return StreamDrain(cards, drained_at - started, drained_at - (first_start or started), first_created - started,
-                       len(records), failed, samples, latencies, own_cpu, cpu.by_kind(), cpu.worker_busy())
+                       len(records), failed, samples, latencies, own_cpu, cpu.by_kind(), cpu.worker_busy(),
+                       started, code_servers, timeline, no_heartbeat)
 
 
 def trickle_latencies(url: str, rows: list[dict[str, object]], every_s: float, daemon: subprocess.Popen[bytes],
@@ -399,6 +457,47 @@ def cpu_line(b: BulkDrain, s: StreamDrain) -> str:
             f"({(daemon_s + server_s) / s.wall_s:.2f} of a core over the drain)")
 
 
+def seconds(value: float | None) -> str:
+    return "-" if value is None else f"{value:.1f}"
+
+
+def timeline_lines(label: str, s: StreamDrain) -> list[str]:
+    """The stream drain's timeline, in seconds from the services' start: each code server seen (a second
+    pid first seen mid-drain is a replacement), each dispatch run by start, how unevenly the last runs
+    ended, and any no-heartbeat line of the services' log."""
+    clock = time.strftime("%Y-%m-%d %H:%M:%S %z", time.localtime(s.started_at))
+    servers = "; ".join(f"pid {pid} seen {first:.1f}-{last:.1f}" for pid, first, last in s.code_servers) or "none seen"
+    out = [f"{label} code servers (s from the services' start at {clock}, first-last sighting, 1 s samples): "
+           f"{servers}"]
+    requeued = sum(run.enqueued > 1 for run in s.timeline)
+    out.append(f"{label} stream runs by start, {len(s.timeline)} runs, {requeued} enqueued more than once "
+               f"(s from the services' start): run, batch, cards, created, started, ended, status, enqueued")
+    for run in s.timeline[:TIMELINE_RUNS]:
+        out.append(f"  {run.run_id[:8]} {run.batch or '-'} {run.cards if run.cards is not None else '-'} "
+                   f"{seconds(run.created_s)} {seconds(run.started_s)} {seconds(run.ended_s)} {run.status} "
+                   f"{run.enqueued}")
+    if len(s.timeline) > TIMELINE_RUNS:
+        out.append(f"  ... {len(s.timeline) - TIMELINE_RUNS} more")
+    # The uneven end: the last run's end minus the end of the run that ended just before it. When those
+    # two overlapped (the last one started before the other ended), this is how long the drain's end
+    # waited on one run while the other's worker had nothing left: at a cap of 2, a core idle at the tail.
+    ended = sorted((run for run in s.timeline if run.ended_s is not None), key=lambda run: run.ended_s or 0.0)
+    if len(ended) >= 2:
+        last, before = ended[-1], ended[-2]
+        overlapped = last.started_s is not None and before.ended_s is not None and last.started_s < before.ended_s
+        out.append(f"{label} runs' last end spread: {last.ended_s - before.ended_s:.1f} s "  # type: ignore[operator]
+                   + ("(the last two runs overlapped)" if overlapped
+                      else "(the last run started after the one before it ended: no overlap)"))
+    else:
+        out.append(f"{label} runs' last end spread: - (fewer than two runs ended)")
+    shown = s.no_heartbeat[:HEARTBEAT_LINES]
+    out.append(f"{label} '{NO_HEARTBEAT}' lines in the daemon's and code server's log: {len(s.no_heartbeat)}")
+    out += [f"  {line}" for line in shown]
+    if len(s.no_heartbeat) > len(shown):
+        out.append(f"  ... {len(s.no_heartbeat) - len(shown)} more")
+    return out
+
+
 def report(bulks: list[BulkDrain], streams: list[StreamDrain], workers: int) -> None:
     print()
     per_rep: list[float] = []
@@ -411,6 +510,8 @@ def report(bulks: list[BulkDrain], streams: list[StreamDrain], workers: int) -> 
               f"{s.failed_runs} not successful; governed concurrency {governed_summary(s.samples)}; this "
               f"bench's own CPU over the drain {s.bench_cpu_s:.1f} s")
         print(f"rep {i} CPU: {cpu_line(b, s)}")
+        for line in timeline_lines(f"rep {i}", s):
+            print(line)
     cards = sum(b.cards for b in bulks)
     bulk_rate = cards / sum(b.wall_s for b in bulks)
     stream_rate = sum(s.cards for s in streams) / sum(s.wall_s for s in streams)
