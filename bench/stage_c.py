@@ -31,6 +31,8 @@ import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from stage_e_dagster.stage_c.huge_pages import TUNABLES_VARIABLE, with_huge_pages
+
 ROOT = Path(__file__).resolve().parents[1]
 FIXTURES = ROOT.parent / "shared" / "fixtures"
 REAL_FOLDERS = (FIXTURES / "real-photos", FIXTURES / "real-photos-2")
@@ -131,9 +133,14 @@ def _key(number: str | None) -> str | None:
     return (number.strip().lower().lstrip("0") or "0") if number else None
 
 
-def run_arm(pythonpath: Path, images: list[Image], catalogue: str) -> ArmResult:
-    """One worker process over ``images`` with ``stage_e_dagster`` imported from ``pythonpath``."""
-    env = {**os.environ, "PYTHONPATH": str(pythonpath), "STAGE_E_STREAMING_ENABLED": "false"}
+def run_arm(pythonpath: Path, images: list[Image], catalogue: str, *, huge_pages: bool) -> ArmResult:
+    """One worker process over ``images`` with ``stage_e_dagster`` imported from ``pythonpath``, started as
+    that tree's run workers start: this tree's code server hands them the huge-page tunable
+    (``stage_c/huge_pages.py``), the baseline's gave none."""
+    env = {k: v for k, v in os.environ.items() if k != TUNABLES_VARIABLE}
+    env |= {"PYTHONPATH": str(pythonpath), "STAGE_E_STREAMING_ENABLED": "false"}
+    if huge_pages:
+        env = with_huge_pages(env)
     job = json.dumps({"catalogue": catalogue, "images": [{"path": im.path} for im in images]})
     done = subprocess.run([sys.executable, "-c", WORKER, str(pythonpath)], input=job, capture_output=True, text=True,
                           env=env, cwd=str(pythonpath), timeout=7200)
@@ -275,6 +282,8 @@ def main() -> None:
     parser.add_argument("--no-baseline", action="store_true", help="the new reader alone")
     parser.add_argument("--no-real", action="store_true", help="skip the real photos")
     parser.add_argument("--json", action="store_true", help="print the figures as JSON at the end")
+    parser.add_argument("--no-huge-pages", action="store_true",
+                        help="start the new reader's worker without the huge-page tunable it ships with")
     args = parser.parse_args()
 
     results: dict[str, dict[str, float]] = {}
@@ -293,9 +302,12 @@ def main() -> None:
                 baseline = baseline_tree(args.baseline_rev, (work / "baseline").resolve())
             except (subprocess.CalledProcessError, FileNotFoundError) as exc:
                 print(f"baseline unavailable: git archive {args.baseline_rev} failed ({exc})")
+        tunable = "without" if args.no_huge_pages else "with"
+        print(f"workers: the new reader's {tunable} the huge-page tunable"
+              + ("" if baseline is None else ", the baseline's without"))
         for corpus, images, url in corpora:
-            new = run_arm(ROOT, images, url)
-            today = run_arm(baseline, images, url) if baseline is not None else None
+            new = run_arm(ROOT, images, url, huge_pages=not args.no_huge_pages)
+            today = run_arm(baseline, images, url, huge_pages=False) if baseline is not None else None
             results[corpus] = report(corpus, images, new, today)
     verdicts = []
     if (real_fig := results.get("real photos")) is not None:

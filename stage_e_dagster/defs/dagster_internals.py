@@ -47,6 +47,8 @@ from dagster._core.storage.dagster_run import ACTIVE_RUN_STATUSES, FINISHED_STAT
 # The id format the UI and the ``dagster/backfill`` run tag use; Dagster exports no generator for it.
 from dagster._core.utils import make_new_backfill_id
 
+from ..stage_c.huge_pages import with_huge_pages
+
 __all__ = [
     "ACTIVE_RUN_STATUSES",
     "DG_CLI_MODULE",
@@ -223,8 +225,9 @@ BACKFILL_WAITS_FOR_ITS_LOCATION = {"DAGSTER_BACKFILL_RETRY_DEFINITION_CHANGED_ER
 
 def daemon_environment(env: Mapping[str, str]) -> dict[str, str]:
     """``env`` plus what every ``dagster-daemon`` this project starts or deploys runs with, so a sweep
-    rides out a code server that is down or a location that fails to load for a pass."""
-    return {**env, **BACKFILL_WAITS_FOR_ITS_LOCATION}
+    rides out a code server that is down or a location that fails to load for a pass; and the huge-page
+    tunable, which the code servers it starts hand on to the run workers that read cards."""
+    return with_huge_pages({**env, **BACKFILL_WAITS_FOR_ITS_LOCATION})
 
 
 # The ``dg`` command line's module, for ``python -m``: ``dagster-dg-cli`` installs ``dg`` as a console

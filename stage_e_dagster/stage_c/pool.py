@@ -19,6 +19,7 @@ from ..catalog.engine import engine_for
 from ..catalog.models import Card
 from ..settings import Settings
 from .fetch import ImageFetcher
+from .huge_pages import for_child_processes
 from .lexicon import known_set_codes
 from .run import LockoutInfo, StageCReport, run_stage_c
 
@@ -70,7 +71,8 @@ def run_stage_c_pool(settings: Settings, card_ids: Sequence[int] | None, *, work
     lexicon = known_set_codes(engine)
     total = StageCReport()
     context = multiprocessing.get_context("spawn")
-    with ProcessPoolExecutor(max_workers=workers, mp_context=context) as pool:
+    # The workers start on demand while the pool is open: each reads the huge-page tunable as it starts.
+    with for_child_processes(), ProcessPoolExecutor(max_workers=workers, mp_context=context) as pool:
         pending: dict[Future[dict[str, object]], list[int]] = {}
         queue = list(reversed(chunks))
         while queue or pending:

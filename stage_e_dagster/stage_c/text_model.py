@@ -11,6 +11,7 @@ reads each crop alone, the first look's at the crop's own width.
 
 from __future__ import annotations
 
+import logging
 import threading
 from dataclasses import dataclass
 from importlib.util import find_spec
@@ -18,6 +19,8 @@ from pathlib import Path
 from typing import Any, Sequence
 
 import numpy as np
+
+from .huge_pages import HUGE_PAGES_ON, started_with_huge_pages
 
 
 class TextModelUnavailable(RuntimeError):
@@ -148,8 +151,6 @@ def models() -> _Models:
             _LIBC = _libc()
             _fixed_mmap_threshold(_LIBC)
             try:
-                import logging
-
                 from rapidocr.ch_ppocr_cls import TextClassifier
                 from rapidocr.ch_ppocr_det import TextDetector
                 from rapidocr.ch_ppocr_rec import TextRecognizer
@@ -163,6 +164,10 @@ def models() -> _Models:
                 _ERROR = f"the PP-OCR model could not be loaded: {type(exc).__name__}: {exc}"
                 raise TextModelUnavailable(_ERROR) from exc
             _MODELS = built
+            if started_with_huge_pages() is False:
+                logging.getLogger(__name__).warning(
+                    "this process started without GLIBC_TUNABLES=%s: the reader's model calls cost about a "
+                    "tenth more CPU (docs/operations.md, 'Huge pages')", HUGE_PAGES_ON)
     return _MODELS
 
 

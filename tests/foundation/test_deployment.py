@@ -21,6 +21,7 @@ from stage_e_dagster.defs.assets import stage_c_evidence, stage_d_verdicts
 from stage_e_dagster.defs.dagster_internals import BACKFILL_WAITS_FOR_ITS_LOCATION
 from stage_e_dagster.defs.tags import DISPATCH_POOL, PARTITION_TAG
 from stage_e_dagster.settings import Settings
+from stage_e_dagster.stage_c.huge_pages import HUGE_PAGES_ON, TUNABLES_VARIABLE, with_huge_pages
 
 ROOT = Path(__file__).resolve().parents[2]
 DEPLOY = ROOT / "deploy"
@@ -191,6 +192,14 @@ def test_every_daemon_the_project_deploys_keeps_a_backfill_through_an_unloadable
     [(name, value)] = BACKFILL_WAITS_FOR_ITS_LOCATION.items()
     assert values["dagsterDaemon"]["env"][name] == value
     assert f"{name}={value}" in " ".join(_final_stage((DEPLOY / "Dockerfile").read_text()))
+
+
+def test_run_pods_and_the_image_start_with_huge_pages_for_the_reader(values: dict[str, Any]) -> None:
+    """glibc reads its tunables as a process starts: the run pods get them through the user deployment's
+    env (included in launched runs), and every process of the image from its ENV."""
+    assert with_huge_pages({}) == {TUNABLES_VARIABLE: HUGE_PAGES_ON}
+    assert user_deployment(values)["env"][TUNABLES_VARIABLE] == HUGE_PAGES_ON
+    assert f"{TUNABLES_VARIABLE}={HUGE_PAGES_ON}" in " ".join(_final_stage((DEPLOY / "Dockerfile").read_text()))
 
 
 def test_values_monitor_runs_and_bound_their_runtime(values: dict[str, Any]) -> None:

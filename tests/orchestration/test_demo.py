@@ -20,6 +20,7 @@ from dagster._core.utils import make_new_run_id
 
 from stage_e_dagster.cli.demo import child_environment, is_idle, snapshot, still_held
 from stage_e_dagster.defs.dagster_internals import BACKFILL_WAITS_FOR_ITS_LOCATION
+from stage_e_dagster.stage_c.huge_pages import HUGE_PAGES_ON, TUNABLES_VARIABLE
 
 from .conftest import free_port
 
@@ -50,6 +51,7 @@ def test_the_headless_daemon_keeps_a_sweep_going_while_its_location_fails_to_loa
 
     env = child_environment(Settings(state_dir=tmp_path / "state"), tmp_path / "corpus")
     assert env[BACKFILL_VARIABLE] == "1" and env["STAGE_E_STREAMING_ENABLED"] == "true"
+    assert HUGE_PAGES_ON in env[TUNABLES_VARIABLE].split(":")
 
 
 def _env(tmp_path: Path) -> dict[str, str]:
@@ -103,6 +105,8 @@ def test_ui_demo_serves_the_ui_and_stops_on_sigterm(tmp_path: Path) -> None:
         assert alive == [], [p.cmdline() for p in alive]
         # Issue 40 item 1: the daemon dg dev starts keeps a sweep going while the location fails to load.
         assert daemon_env.get(BACKFILL_VARIABLE) == "1"
+        # Issue 39: the code server it starts hands the huge-page tunable on to the run workers.
+        assert daemon_env.get(TUNABLES_VARIABLE) == HUGE_PAGES_ON
     finally:
         if proc.poll() is None:  # dg dev runs in a process group of its own: its members are killed one by one
             descendants = psutil.Process(proc.pid).children(recursive=True)
