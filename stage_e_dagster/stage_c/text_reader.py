@@ -149,27 +149,36 @@ def join_rows(lines: Sequence[TextLine]) -> list[str]:
 Confirms = Callable[["CardText"], bool]
 
 
-def _to_bgr(image: Image.Image) -> np.ndarray:
-    """The image as the model's BGR array (OpenCV swaps the channels in one pass; a reversed view made
-    contiguous by NumPy cost a photo 15-20 ms). An RGB image is not converted: that is a copy of it."""
+def _to_rgb(image: Image.Image) -> np.ndarray:
+    """The upload's pixels as an array, in RGB as they are (an RGB image is not converted: that is a copy).
+
+    The models read BGR, but only the copies they are given are turned to it, each once it is scaled or
+    cut (``_bgr``): every channel is scaled and warped alone, so that gives the same pixels as turning
+    the whole upload first, without a copy of the upload (36 MB and 10-20 ms for a 12-megapixel photo)."""
+    return np.asarray(image if image.mode == "RGB" else image.convert("RGB"))
+
+
+def _bgr(rgb: np.ndarray) -> np.ndarray:
+    """An RGB copy as the models read it (OpenCV swaps the channels in one pass); an empty crop as it is."""
     import cv2
 
-    return cv2.cvtColor(np.asarray(image if image.mode == "RGB" else image.convert("RGB")), cv2.COLOR_RGB2BGR)
+    return cv2.cvtColor(rgb, cv2.COLOR_RGB2BGR) if rgb.size else rgb
 
 
-def _resized(bgr: np.ndarray, side: int) -> tuple[np.ndarray, float]:
-    """A copy whose long side is at most ``side``, and the factor applied. A small upload (under half
-    that) is enlarged to it, at most ``MAX_UPSCALE`` times, so that its type reaches a size the
+def _resized(rgb: np.ndarray, side: int) -> tuple[np.ndarray, float]:
+    """A BGR copy whose long side is at most ``side``, and the factor applied. A small upload (under
+    half that) is enlarged to it, at most ``MAX_UPSCALE`` times, so that its type reaches a size the
     detector finds; a webcam frame or a phone photo is only ever made smaller."""
     import cv2
 
-    h, w = bgr.shape[:2]
+    h, w = rgb.shape[:2]
     scale = side / max(h, w)
     scale = min(MAX_UPSCALE, scale) if scale >= 2.0 else min(1.0, scale)
     if scale == 1.0:
-        return bgr, 1.0
+        return _bgr(rgb), 1.0
     interpolation = cv2.INTER_AREA if scale < 1.0 else cv2.INTER_CUBIC
-    return cv2.resize(bgr, (max(1, round(w * scale)), max(1, round(h * scale))), interpolation=interpolation), scale
+    return _bgr(cv2.resize(rgb, (max(1, round(w * scale)), max(1, round(h * scale))),
+                           interpolation=interpolation)), scale
 
 
 def _long_axis(box: np.ndarray) -> tuple[float, float, float]:
@@ -254,13 +263,13 @@ def _boxes(raw: np.ndarray, scale: float, offset: np.ndarray, along: np.ndarray,
     return found
 
 
-def _upside_down(bgr: np.ndarray, boxes: list[_Box]) -> bool:
+def _upside_down(upload: np.ndarray, boxes: list[_Box]) -> bool:
     """Whether the text reads upside down in the frame: a score-weighted vote of the classifier over
     the longest lines."""
     # Lines that run with the text only: a stroke of writing across it says nothing of the card.
     lines = [b for b in boxes if b.runs_with_text] or boxes
     longest = sorted(lines, key=lambda b: b.width, reverse=True)[:DIRECTION_SAMPLE]
-    votes = text_model.upside_down([_crop(bgr, b.corners) for b in longest])
+    votes = text_model.upside_down([_bgr(_crop(upload, b.corners)) for b in longest])
     turned = sum(score for flipped, score in votes if flipped)
     upright = sum(score for flipped, score in votes if not flipped)
     return turned > upright
@@ -289,8 +298,9 @@ def _rows_of(boxes: list[_Box]) -> list[list[_Box]]:
     return group_rows(boxes, lambda b: b.depth, lambda b: b.height)
 
 
-def _recognise(bgr: np.ndarray, boxes: list[tuple[_Box, str]], *, careful: bool = False) -> list[TextLine]:
-    return _read_crops([_crop(bgr, box.corners) for box, _ in boxes], boxes, careful=careful)
+def _recognise(upload: np.ndarray, boxes: list[tuple[_Box, str]]) -> list[TextLine]:
+    """The lines of ``boxes``, cut from the (RGB) upload."""
+    return _read_crops([_bgr(_crop(upload, box.corners)) for box, _ in boxes], boxes)
 
 
 def _read_crops(crops: list[np.ndarray], boxes: list[tuple[_Box, str]], *, careful: bool = False) -> list[TextLine]:
@@ -343,10 +353,11 @@ def _ends(rows: list[list[_Box]], title_above: float | None = None) -> _Ends:
                  boxes(rows[first_near:], "collector"))
 
 
-def _band(bgr: np.ndarray, frame: "_Frame", top: float, bottom: float, left: float, right: float,
+def _band(upload: np.ndarray, frame: "_Frame", top: float, bottom: float, left: float, right: float,
           side: int) -> tuple[np.ndarray, float]:
     """One band of the text frame (``top``..``bottom`` down the text, ``left``..``right`` along it, in
-    source pixels), warped upright and scaled to ``side`` pixels wide (at most ``MAX_UPSCALE`` times)."""
+    source pixels), warped upright and scaled to ``side`` pixels wide (at most ``MAX_UPSCALE`` times),
+    in BGR."""
     import cv2
 
     width, height = right - left, bottom - top
@@ -355,9 +366,9 @@ def _band(bgr: np.ndarray, frame: "_Frame", top: float, bottom: float, left: flo
     corners = np.array([frame.point(left, top), frame.point(right, top), frame.point(right, bottom),
                         frame.point(left, bottom)], dtype=np.float32)
     target = np.array([[0, 0], [out_w, 0], [out_w, out_h], [0, out_h]], dtype=np.float32)
-    band = cv2.warpPerspective(bgr, cv2.getPerspectiveTransform(corners, target), (out_w, out_h),
+    band = cv2.warpPerspective(upload, cv2.getPerspectiveTransform(corners, target), (out_w, out_h),
                                borderMode=cv2.BORDER_REPLICATE, flags=cv2.INTER_CUBIC)
-    return band, scale
+    return _bgr(band), scale
 
 
 def _band_boxes(band: np.ndarray, scale: float, top: float, left: float, end: str) -> list[tuple[_Box, str]]:
@@ -427,12 +438,12 @@ def read_card_text(image: Image.Image, confirms: Confirms | None = None, *, chea
 
     ``cheap`` is the pass for tests and smoke runs that only need Stage C to have run: one look at a
     small copy, no direction classifier, the first row and the last two read, never a closer look."""
-    bgr = _to_bgr(image)
+    upload = _to_rgb(image)
     if cheap:
-        return _cheap_read(bgr)
+        return _cheap_read(upload)
     if confirms is None:
         confirms = _confirms_nothing
-    small, scale = _resized(bgr, CARD_DETECT_SIDE if on_card else DETECT_SIDE)
+    small, scale = _resized(upload, CARD_DETECT_SIDE if on_card else DETECT_SIDE)
     raw = text_model.detect(small)
     angle = text_direction(raw)
     if on_card and angle > 90.0:  # the card is upright or turned over: take its text as reading rightwards
@@ -440,8 +451,8 @@ def read_card_text(image: Image.Image, confirms: Confirms | None = None, *, chea
     along, down = _frame(angle)
     boxes = _boxes(raw, scale, np.zeros(2, dtype=np.float32), along, down)
     frame = _Frame(along, down)
-    if boxes and (not on_card or not _layout_says_upright(boxes, *frame.extent(bgr.shape[1], bgr.shape[0])[2:])) \
-            and _upside_down(bgr, boxes):
+    if boxes and (not on_card or not _layout_says_upright(boxes, *frame.extent(upload.shape[1], upload.shape[0])[2:])) \
+            and _upside_down(upload, boxes):
         angle = (angle + 180.0) % 360.0
         boxes = [_flip(b) for b in boxes]
         frame = _Frame(-along, -down)
@@ -451,29 +462,29 @@ def read_card_text(image: Image.Image, confirms: Confirms | None = None, *, chea
     result.aligned, result.spread = aligned, round(spread, 3)
     rows = _rows_of(boxes)
     if on_card:
-        _, _, top, bottom = frame.extent(bgr.shape[1], bgr.shape[0])
+        _, _, top, bottom = frame.extent(upload.shape[1], upload.shape[0])
         ends = _ends(rows, top + (bottom - top) * CARD_BAND)
     else:
         ends = _ends(rows)
-    first = _recognise(bgr, ends.title + ends.near)
+    first = _recognise(upload, ends.title + ends.near)
     title, near = [ln for ln in first if ln.end == "title"], [ln for ln in first if ln.end == "collector"]
     result.lines = title + near
     result.passes = ("ends",)
     confirmed = confirms(result)
     if not confirmed and ends.far:
-        result.lines = title + _recognise(bgr, ends.far) + near
+        result.lines = title + _recognise(upload, ends.far) + near
         confirmed = confirms(result)
     if confirmed or not (boxes or on_card):
         return result
-    closer = (_closer_on_card(bgr, frame, rows, bool(title)) if on_card
-              else _closer_on_text_region(bgr, frame, boxes, rows))
+    closer = (_closer_on_card(upload, frame, rows, bool(title)) if on_card
+              else _closer_on_text_region(upload, frame, boxes, rows))
     result.lines, result.passes = _settled(result.lines, closer, confirms), ("ends", "close")
     if on_card and boxes and not confirms(result) and any(_WORTH_A_WIDER_LOOK.search(ln.text)
                                                           for ln in result.at("collector")):
         # The last resort, on the cards the narrow band did not settle though their collector end shows
         # a number or a legal line (the legal line's number on textured 2003-2014 frames, webcam
         # frames): the collector end of the text's region, across the card, larger.
-        wide = _closer_on_text_region(bgr, frame, boxes, rows, on_card=True, title=not result.at("title"))
+        wide = _closer_on_text_region(upload, frame, boxes, rows, on_card=True, title=not result.at("title"))
         result.lines, result.passes = _settled(result.lines, wide, confirms), ("ends", "close", "region")
     return result
 
@@ -515,12 +526,12 @@ def _same_place(a: TextLine, b: TextLine) -> bool:
     return along > 0 and down >= 0.5 * min(a.height, b.height)
 
 
-def _closer_on_card(bgr: np.ndarray, frame: _Frame, rows: list[list[_Box]],
+def _closer_on_card(upload: np.ndarray, frame: _Frame, rows: list[list[_Box]],
                     title_read: bool) -> list[TextLine]:
     """A narrow band of the card from its last rows down, where the collector line and the legal line
     print (the smallest type on the card, often missed or misread at first), detected enlarged and
     read; and the band of its first rows when the first look read no title."""
-    left, right, top, bottom = frame.extent(bgr.shape[1], bgr.shape[0])
+    left, right, top, bottom = frame.extent(upload.shape[1], upload.shape[0])
     height = bottom - top
     if rows:
         # Along the text, the band spans the text's own width (plus SIDE_MARGIN), not the card's: the same
@@ -541,14 +552,14 @@ def _closer_on_card(bgr: np.ndarray, frame: _Frame, rows: list[list[_Box]],
         wanted.append((top, min(bottom, first_bottom + height * ROW_SLACK), "title"))
     crops, placed = [], []
     for band_top, band_bottom, end in wanted:
-        band, scale = _band(bgr, frame, band_top, band_bottom, left, right, CARD_CLOSE_SIDE)
+        band, scale = _band(upload, frame, band_top, band_bottom, left, right, CARD_CLOSE_SIDE)
         found = _band_boxes(band, scale, band_top, left, end)
         crops += [_crop(band, b.corners) for b, _ in found]
         placed += found
     return _read_crops(crops, placed, careful=True)
 
 
-def _closer_on_text_region(bgr: np.ndarray, frame: _Frame, boxes: list[_Box], rows: list[list[_Box]], *,
+def _closer_on_text_region(upload: np.ndarray, frame: _Frame, boxes: list[_Box], rows: list[list[_Box]], *,
                            on_card: bool = False, title: bool = True) -> list[TextLine]:
     """A band at each end of the text's region: where no card was found to say where its ends are, or
     as a known card's last resort (then across the whole card, whose edges bound its lines, and the
@@ -562,7 +573,7 @@ def _closer_on_text_region(bgr: np.ndarray, frame: _Frame, boxes: list[_Box], ro
     # of older frames are the smallest type on the card, often missed at first.
     left, right = left - span_w * SIDE_MARGIN, right + span_w * SIDE_MARGIN
     if on_card:
-        left, right = frame.extent(bgr.shape[1], bgr.shape[0])[:2]
+        left, right = frame.extent(upload.shape[1], upload.shape[0])[:2]
     wanted = [(bottom - span_h * COLLECTOR_BAND, bottom + span_h * BELOW_MARGIN, "collector")]
     if title and _has_title(rows):
         wanted.append((top - span_h * ABOVE_MARGIN, top + span_h * TITLE_BAND, "title"))
@@ -570,8 +581,9 @@ def _closer_on_text_region(bgr: np.ndarray, frame: _Frame, boxes: list[_Box], ro
     for band_top, band_bottom, end in wanted:
         if right - left < 8 or band_bottom - band_top < 4:
             continue
-        band, scale = _band(bgr, frame, band_top, band_bottom, left, right, CLOSE_SIDE)
-        lines += _recognise(band, _band_boxes(band, scale, band_top, left, end), careful=True)
+        band, scale = _band(upload, frame, band_top, band_bottom, left, right, CLOSE_SIDE)
+        found = _band_boxes(band, scale, band_top, left, end)
+        lines += _read_crops([_crop(band, b.corners) for b, _ in found], found, careful=True)
     return lines
 
 
@@ -579,15 +591,15 @@ def lines_side_by_side(upload: Image.Image) -> bool:
     """Whether the whole upload's lines spread across several card widths (cards side by side): the
     look a read on the card alone cannot take, on a copy of ``SEVERAL_CARDS_SIDE`` pixels (at 480 the
     lines of a webcam photo of two cards were too small to find)."""
-    small, scale = _resized(_to_bgr(upload), SEVERAL_CARDS_SIDE)
+    small, scale = _resized(_to_rgb(upload), SEVERAL_CARDS_SIDE)
     raw = text_model.detect(small)
     along, down = _frame(text_direction(raw))
     aligned, spread = _spread(_boxes(raw, scale, np.zeros(2, dtype=np.float32), along, down))
     return CardText(aligned=aligned, spread=spread).side_by_side
 
 
-def _cheap_read(bgr: np.ndarray) -> CardText:
-    small, scale = _resized(bgr, CHEAP_DETECT_SIDE)
+def _cheap_read(upload: np.ndarray) -> CardText:
+    small, scale = _resized(upload, CHEAP_DETECT_SIDE)
     raw = text_model.detect(small)
     angle = text_direction(raw)
     along, down = _frame(angle)
@@ -596,7 +608,7 @@ def _cheap_read(bgr: np.ndarray) -> CardText:
     chosen += [(b, "collector") for row in rows[-2:] for b in row]
     result = CardText(rotation=_quarter_turns(angle), angle_deg=round(angle, 2),
                       detected=sum(len(row) for row in rows), passes=("cheap",))
-    result.lines = _recognise(bgr, chosen)
+    result.lines = _recognise(upload, chosen)
     return result
 
 

@@ -16,11 +16,13 @@ import subprocess
 import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
 from PIL import Image
 
 from stage_e_dagster.corpus.catalogue import PrintingSpec, build_catalogue
 from stage_e_dagster.corpus.render import Variant, render_card
+from stage_e_dagster.stage_c import text_reader
 from stage_e_dagster.stage_c.compute import compute_evidence
 
 SETS, SPECS = build_catalogue(random.Random(11), 80)
@@ -215,3 +217,27 @@ def test_an_upright_card_is_read_without_asking_the_direction_classifier(monkeyp
     assert fields["localisation_method"] == "contour"
     assert (fields["collector_number"], fields["collector_set_code"]) == (p.collector_number, p.set_code.lower())
     assert asked == []
+
+
+def test_the_copies_the_models_get_are_cut_from_the_rgb_upload_as_from_a_bgr_one_bit_for_bit() -> None:
+    """Issue 39: the upload stays RGB and only the copies the models read are turned to BGR, once they are
+    scaled or cut. Each channel is scaled and warped alone, so they are the arrays the reader made when it
+    turned the whole upload first: what a function gives a channel-swapped upload, swapped back."""
+    rgb = np.asarray(on_a_table(render_card(modern(2), Variant(height=700), noise_seed=2), 0))
+    swapped = np.ascontiguousarray(rgb[:, :, ::-1])
+    for side in (300, 640, 960, 2 * max(rgb.shape)):  # made smaller, kept, enlarged
+        ours, scale = text_reader._resized(rgb, side)
+        theirs, same_scale = text_reader._resized(swapped, side)
+        assert scale == same_scale and np.array_equal(ours, theirs[:, :, ::-1]), side
+    frame = text_reader._Frame(*text_reader._frame(7.0))
+    ours, _ = text_reader._band(rgb, frame, 500.0, 640.0, 40.0, 520.0, text_reader.CARD_CLOSE_SIDE)
+    theirs, _ = text_reader._band(swapped, frame, 500.0, 640.0, 40.0, 520.0, text_reader.CARD_CLOSE_SIDE)
+    assert np.array_equal(ours, theirs[:, :, ::-1])
+    corners = np.array([[60, 600], [420, 620], [418, 650], [58, 630]], dtype=np.float32)
+    assert np.array_equal(text_reader._bgr(text_reader._crop(rgb, corners)),
+                          text_reader._crop(swapped, corners))
+    red = np.zeros((300, 200, 3), dtype=np.uint8)
+    red[:, :, 0] = 255  # red in RGB: the models' copies hold it in their last channel
+    for copy in (text_reader._resized(red, 100)[0], text_reader._resized(red, 200)[0],
+                 text_reader._band(red, frame, 20.0, 80.0, 10.0, 150.0, 600)[0]):
+        assert (copy.reshape(-1, 3) == (0, 0, 255)).all()
