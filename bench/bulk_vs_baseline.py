@@ -36,7 +36,8 @@ TARGET_RATIO = 2.5
 
 def stage_e(tree: Path, url: str, images: Path) -> tuple[list[str], dict[str, str]]:
     """The command and environment of ``stage-e`` with ``stage_e_dagster`` from ``tree`` on the catalogue at ``url``."""
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("STAGE_E_", "DAGSTER_"))}
+    # GLIBC_TUNABLES too: each tree's bulk pool starts its workers with what that tree ships.
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("STAGE_E_", "DAGSTER_", "GLIBC_"))}
     env |= {"PYTHONPATH": str(tree), "STAGE_E_DATABASE_URL": url, "STAGE_E_IMAGE_ROOTS": str(images),
             "STAGE_E_STATE_DIR": str(Path(url.removeprefix("sqlite:///")).parent / "state")}
     return [sys.executable, "-c", "from stage_e_dagster.cli.main import main; main()"], env
