@@ -5,7 +5,8 @@ and the real photos (``../shared/fixtures/real-photos`` and ``real-photos-2``, s
 only; evaluation input, read where it lies and never copied). Each arm runs in a worker-like process
 of its own, one core: Dagster and the code location imported as a run worker has them, then Stage C's
 ``compute_evidence`` on every image at the shipped settings, its CPU time per card measured in that
-process. Today's reader is the Stage C of ``--baseline-rev``, taken from git into a scratch folder.
+process. The worker builds the reader's models before the first card: a process's one-time cost, printed
+on its own, not a card's. Today's reader is the Stage C of ``--baseline-rev``, taken from git into a scratch folder.
 
 Per card, the worker also times each stage (CPU seconds, wrapping the stage's functions in the worker
 only; the product is not instrumented): decode, localisation, the reader as a whole, inside it each
@@ -95,6 +96,11 @@ compute.decode_image = timed("decode", compute.decode_image)
 for key, fn in list(extractors.IMAGE_EXTRACTORS.items()):
     extractors.IMAGE_EXTRACTORS[key] = timed("x " + key, fn)
 
+# The sessions are built once per process, before the first card: not a card's cost (printed on its own).
+load = getattr(text_model, "models", None) or text_model.engine  # the baseline's reader named it engine()
+started = time.process_time()
+load()
+print(json.dumps({"model_load_s": round(time.process_time() - started, 3)}), flush=True)
 job = json.loads(sys.stdin.read())
 engine = sa.create_engine(job["catalogue"])
 extra = {"lexicon": known_set_codes(engine)}
@@ -125,6 +131,7 @@ class ArmResult:
     cpu: dict[str, float]
     numbers: dict[str, str | None]
     peak_rss_mb: float
+    model_load_s: float
     profiles: dict[str, dict[str, float]] = field(default_factory=dict)
     counts: dict[str, dict[str, int]] = field(default_factory=dict)
 
@@ -150,6 +157,7 @@ def run_arm(pythonpath: Path, images: list[Image], catalogue: str, *, huge_pages
     rows = [ln for ln in lines if "path" in ln]
     return ArmResult({r["path"]: r["cpu"] for r in rows}, {r["path"]: r["number"] for r in rows},
                      next(ln["peak_rss_mb"] for ln in lines if "peak_rss_mb" in ln),
+                     next(ln["model_load_s"] for ln in lines if "model_load_s" in ln),
                      {r["path"]: r["profile"] for r in rows}, {r["path"]: r["counts"] for r in rows})
 
 
@@ -252,14 +260,15 @@ def report(corpus: str, images: list[Image], new: ArmResult, today: ArmResult | 
     mean = statistics.fmean(new.cpu.values())
     print(f"[{corpus}, {len(images)} images] new reader: CPU per card median {median:.3f} s, p90 {p90:.3f} s, "
           f"mean {mean:.3f} s; "
-          f"collector numbers read right {read}/{printed}, read wrong {wrong}; worker peak RSS {new.peak_rss_mb:.0f} MB")
+          f"collector numbers read right {read}/{printed}, read wrong {wrong}; worker peak RSS {new.peak_rss_mb:.0f} MB; "
+          f"building the models first {new.model_load_s:.2f} s")
     out = {"median_s": median, "p90_s": p90, "mean_s": mean, "read": read, "wrong": wrong, "printed": printed,
            "peak_rss_mb": new.peak_rss_mb}
     if today is not None:
         t_median, t_p90, t_read, t_wrong = figures(today)
         print(f"[{corpus}, {len(images)} images] today's reader: CPU per card median {t_median:.3f} s, "
               f"p90 {t_p90:.3f} s, mean {statistics.fmean(today.cpu.values()):.3f} s; collector numbers read right {t_read}/{printed}, read wrong {t_wrong}; "
-              f"worker peak RSS {today.peak_rss_mb:.0f} MB")
+              f"worker peak RSS {today.peak_rss_mb:.0f} MB; building the models first {today.model_load_s:.2f} s")
         print(f"[{corpus}] ratio new / today: CPU per card median {median / t_median:.2f}, p90 {p90 / t_p90:.2f}; "
               f"numbers read {read} vs {t_read}")
         only_today = [Path(im.path).name for im in images if im.number
