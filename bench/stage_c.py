@@ -260,8 +260,8 @@ def report(corpus: str, images: list[Image], new: ArmResult, today: ArmResult | 
     mean = statistics.fmean(new.cpu.values())
     print(f"[{corpus}, {len(images)} images] new reader: CPU per card median {median:.3f} s, p90 {p90:.3f} s, "
           f"mean {mean:.3f} s; "
-          f"collector numbers read right {read}/{printed}, read wrong {wrong}; worker peak RSS {new.peak_rss_mb:.0f} MB; "
-          f"building the models first {new.model_load_s:.2f} s")
+          f"collector numbers read right {read}/{printed}, read wrong {wrong}; "
+          f"worker peak RSS {new.peak_rss_mb:.0f} MB; building the models first {new.model_load_s:.2f} s")
     out = {"median_s": median, "p90_s": p90, "mean_s": mean, "read": read, "wrong": wrong, "printed": printed,
            "peak_rss_mb": new.peak_rss_mb}
     if today is not None:

@@ -167,7 +167,7 @@ def models() -> _Models:
             if started_with_huge_pages() is False:
                 logging.getLogger(__name__).warning(
                     "this process started without GLIBC_TUNABLES=%s: the reader's model calls cost about a "
-                    "tenth more CPU (docs/operations.md, 'Huge pages')", HUGE_PAGES_ON)
+                    "tenth more CPU (docs/operations.md, 'Huge pages for the reader')", HUGE_PAGES_ON)
     return _MODELS
 
 

@@ -21,6 +21,9 @@ from stage_e_dagster.stage_c.huge_pages import (
 )
 
 THP_MODE = Path("/sys/kernel/mm/transparent_hugepage/enabled")
+LIBC, LIBC_VERSION = platform.libc_ver()
+HUGE_PAGES_HONOURED = (THP_MODE.exists() and "[never]" not in THP_MODE.read_text() and LIBC == "glibc"
+                       and tuple(map(int, LIBC_VERSION.split("."))) >= (2, 35))
 
 # A child that maps and touches 64 MiB through malloc, then says how much of its memory is huge pages.
 TOUCH_64_MIB = r"""
@@ -77,9 +80,7 @@ def _huge_kib(env: dict[str, str]) -> int:
     return int(done.stdout)
 
 
-@pytest.mark.skipif(not THP_MODE.exists() or "[never]" in THP_MODE.read_text()
-                    or platform.libc_ver()[0] != "glibc" or tuple(map(int, platform.libc_ver()[1].split("."))) < (2, 35),
-                    reason="needs glibc 2.35 or newer and transparent huge pages the kernel may give")
+@pytest.mark.skipif(not HUGE_PAGES_HONOURED, reason="needs glibc 2.35 or newer and transparent huge pages")
 def test_glibc_maps_a_large_buffer_in_huge_pages_only_with_the_tunable() -> None:
     plain = {k: v for k, v in os.environ.items() if k != TUNABLES_VARIABLE}
     assert _huge_kib(with_huge_pages(plain)) >= 2048
