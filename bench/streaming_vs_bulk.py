@@ -282,8 +282,9 @@ def dispatch_records(instance: DagsterInstance) -> list:  # type: ignore[type-ar
     return instance.get_run_records(RunsFilter(tags={"stage_e/dispatch": "micro-batch"}))
 
 
-def first_run_start(instance: DagsterInstance) -> float | None:
-    starts = [r.start_time for r in dispatch_records(instance) if r.start_time is not None]
+def first_start(records: list) -> float | None:  # type: ignore[type-arg]
+    """The earliest start among run ``records`` (None while none has started)."""
+    starts = [r.start_time for r in records if r.start_time is not None]
     return min(starts) if starts else None
 
 
@@ -332,7 +333,7 @@ def drain_with_daemon(side: Side, folder: Path, timeout_s: float, trickle: list[
         # Let the last runs write their final events, so the trickle starts on an idle daemon.
         wait_until(lambda: runs_in_progress(instance) == 0, daemon, log, 120, "idle daemon")
         records = dispatch_records(instance)
-        first_start = first_run_start(instance)
+        first_started = first_start(records)
         first_created = min((r.create_timestamp.timestamp() for r in records), default=started)
         timeline = run_timeline(instance, records, reader, started)
         samples = [s for s in sampler.samples if s.at_s <= drained_at - started]
@@ -345,7 +346,7 @@ def drain_with_daemon(side: Side, folder: Path, timeout_s: float, trickle: list[
     failed = sum(r.dagster_run.status != DagsterRunStatus.SUCCESS for r in records)
     instance.dispose()
     reader.dispose()
-    return StreamDrain(cards, drained_at - started, drained_at - (first_start or started), first_created - started,
+    return StreamDrain(cards, drained_at - started, drained_at - (first_started or started), first_created - started,
                        len(records), failed, samples, latencies, own_cpu, cpu.by_kind(), cpu.worker_busy(),
                        started, code_servers, timeline, no_heartbeat)
 
@@ -398,8 +399,10 @@ def beside_a_neighbour(side: Side, folder: Path, copies: int, neighbour_s: float
     started = time.time()
     busy: list[subprocess.Popen[bytes]] = []
     with streaming(side, folder, log) as (_, daemon), Sampler(side.url, started) as sampler:
-        wait_until(lambda: first_run_start(instance) is not None, daemon, log, 300, "first dispatch run")
-        begin_at = first_run_start(instance) + min(WARM_S, neighbour_s) - started  # type: ignore[operator]
+        wait_until(lambda: first_start(dispatch_records(instance)) is not None, daemon, log, 300,
+                   "first dispatch run")
+        first = first_start(dispatch_records(instance))
+        begin_at = first + min(WARM_S, neighbour_s) - started  # type: ignore[operator]
         try:
             while time.time() - started < begin_at:
                 time.sleep(POLL_S)
