@@ -29,21 +29,22 @@ MANIFEST_VERSIONS: MappingProxyType[str, str] = MappingProxyType(
         # the localiser is sure of it (word boxes in the card's frame), closer only where the catalogue
         # confirms nothing, so the same extractors moved again; and again when each crop was recognised at its
         # own width (not padded to 320 px) and a number read without its rarity letter or an early credit
-        # settled the read.
-        "card_localisation": "card-localisation-v5",  # v5: the 180 turn and several cards from the text as now read
+        # settled the read; and again when the last resort across a card read only its collector end's rows
+        # and a tall band was detected in three parts, not two larger ones.
+        "card_localisation": "card-localisation-v6",  # v6: the 180 turn and several cards from the text as now read
         "geometry_bleed": "geometry-bleed-v2",
         "layout_class": "layout-class-v3",  # v3: the confidence is the reading's own agreement too
         "crop_coordinates": "crop-coordinates-v2",
-        # collector_line_ocr v7: crops at their own width; "312" above "AFR • EN" is a number.
-        "collector_line_ocr": "collector-line-ocr-v7",
-        "collector_line_word_boxes": "collector-line-word-boxes-v5",  # v5: boxes of the read as now made
-        "artist_ocr": "artist-ocr-v6",  # v6: from the rows as now read
+        # collector_line_ocr v8: the last resort reads the collector end's rows only.
+        "collector_line_ocr": "collector-line-ocr-v8",
+        "collector_line_word_boxes": "collector-line-word-boxes-v6",  # v5: boxes of the read as now made
+        "artist_ocr": "artist-ocr-v7",  # v7: from the rows as now read
         "symbol_region": "symbol-region-v2",
         "art_phash": "art-phash-v2",
-        "legal_line": "legal-line-v7",  # v7: an early credit ("Illus. ©Name") settles the read too
+        "legal_line": "legal-line-v8",  # v8: from the rows as now read
         "quality_signals": "quality-signals-v2",
         "color_profile": "color-profile-v2",
-        "title_ocr": "title-ocr-v4",  # v4: crops at their own width
+        "title_ocr": "title-ocr-v5",  # v5: a tall title band in three parts
         # Issue 41: the set symbol's silhouette, which Stage D compares with each set's rendered icon.
         "set_symbol": "set-symbol-v1",
     }

@@ -384,17 +384,19 @@ def _band_boxes(band: np.ndarray, scale: float, top: float, left: float, end: st
 
 
 def _detect_in_parts(band: np.ndarray) -> np.ndarray:
-    """The band's line boxes, detected in overlapping upper and lower parts when it is larger than the
+    """The band's line boxes, detected in overlapping parts, top to bottom, when it is larger than the
     first look's copy: the detector's memory grows with the pixels it is given (about 210 MB a
-    megapixel), and the parts overlap by more than a row, so every row lies whole in one part. A
-    row found in both is kept once."""
+    megapixel), so no part is larger than that copy (``BAND_PART_PIXELS``); two parts when two can
+    overlap by a third of a part, else more. A row at most a third of a part high lies whole in one
+    part; a row found in two is kept once."""
     height, width = band.shape[:2]
     if height * width <= BAND_PART_PIXELS or height < 16:
         return text_model.detect(band)
     part = max(8, min(height, BAND_PART_PIXELS // width))
-    part = max(part, round(height * 0.6))
+    overlap = part // 3
+    count = max(2, math.ceil((height - overlap) / (part - overlap)))
     found: list[np.ndarray] = []
-    for top in sorted({0, height - part}):
+    for top in sorted({round(i * (height - part) / (count - 1)) for i in range(count)}):
         for box in text_model.detect(band[top:top + part]):
             box = box + np.array([0.0, top], dtype=np.float32)
             if not any(_same_line(box, kept) for kept in found):
@@ -583,6 +585,11 @@ def _closer_on_text_region(upload: np.ndarray, frame: _Frame, boxes: list[_Box],
             continue
         band, scale = _band(upload, frame, band_top, band_bottom, left, right, CLOSE_SIDE)
         found = _band_boxes(band, scale, band_top, left, end)
+        if on_card and end == "collector":
+            # Across a known card the band's last rows are its collector end; the rows above them are the
+            # rules text, which the first look read already and which settles nothing.
+            last_rows = _rows_of([b for b, _ in found])[-COLLECTOR_ROWS:]
+            found = [(b, end) for row in last_rows for b in row]
         lines += _read_crops([_crop(band, b.corners) for b, _ in found], found, careful=True)
     return lines
 

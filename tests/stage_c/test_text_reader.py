@@ -241,3 +241,50 @@ def test_the_copies_the_models_get_are_cut_from_the_rgb_upload_as_from_a_bgr_one
     for copy in (text_reader._resized(red, 100)[0], text_reader._resized(red, 200)[0],
                  text_reader._band(red, frame, 20.0, 80.0, 10.0, 150.0, 600)[0]):
         assert (copy.reshape(-1, 3) == (0, 0, 255)).all()
+
+
+def test_a_tall_band_is_detected_in_parts_no_larger_than_the_first_looks_copy(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Issue 39: the detector's memory grows with the pixels it is given, so no part of a closer look's band
+    is larger than the first look's copy (BAND_PART_PIXELS): a band too tall for two parts of that size to
+    overlap by a third of a part is cut in three (a 1473 x 908 band was cut in two of 803 kpx and took a
+    worker's peak over 400 MB). A band that two such parts cover is cut as before, and every line found in
+    the whole band is found once in its parts."""
+    from stage_e_dagster.stage_c import text_model
+
+    card = render_card(modern(5), Variant(height=2060), noise_seed=3).convert("RGB")
+    card = card.resize((1473, round(card.height * 1473 / card.width)))
+    band = np.ascontiguousarray(np.asarray(card)[card.height - 960:card.height - 52, :, ::-1])  # 1473 x 908
+    whole = text_model.detect(band)
+    parts: list[tuple[int, int]] = []
+    real = text_model.detect
+    monkeypatch.setattr(text_model, "detect", lambda part: parts.append(part.shape[:2]) or real(part))
+    found = text_reader._detect_in_parts(band)
+    assert len(parts) == 3 and all(h * w <= text_reader.BAND_PART_PIXELS for h, w in parts)
+    assert len(whole) >= 4 and all(any(text_reader._same_line(box, kept) for kept in found) for box in whole)
+    assert not any(text_reader._same_line(a, b) for i, a in enumerate(found) for b in found[i + 1:])
+
+    parts.clear()
+    text_reader._detect_in_parts(np.ascontiguousarray(band[:700, :1000]))  # 700 kpx: two parts of 691 rows
+    assert parts == [(691, 1000), (691, 1000)]
+
+
+@pytest.mark.skipif(not (REAL_PHOTOS_2 / "labels.csv").is_file(),
+                    reason=f"real photos not present at {REAL_PHOTOS_2} (evaluation input kept outside the project)")
+def test_the_last_resort_across_a_card_reads_only_its_collector_end(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Issue 39: the last resort's band across a known card holds rules text above the collector end (12
+    lines on roe-137, a 2010 card whose number ends its legal line); only the band's last COLLECTOR_ROWS
+    rows are recognised, which hold the number: the rules text is the first look's and settles nothing."""
+    looks: list[tuple[list[str], int]] = []
+    real = text_reader._read_crops
+
+    def read_crops(crops, boxes, *, careful=False):  # type: ignore[no-untyped-def]
+        lines = real(crops, boxes, careful=careful)
+        looks.append(([ln.text for ln in lines], len(text_reader._rows_of([b for b, _ in boxes]))))
+        return lines
+
+    monkeypatch.setattr(text_reader, "_read_crops", read_crops)
+    data = (REAL_PHOTOS_2 / "roe-137_brimstone-mage.jpg").read_bytes()
+    result = compute_evidence("h", data, latency_ms=1.0, lexicon=frozenset({"roe"}))
+    assert result.fields["collector_number"] == "137"
+    texts, rows = looks[-1]
+    assert 1 <= rows <= text_reader.COLLECTOR_ROWS and any("137" in t for t in texts), looks
