@@ -29,8 +29,9 @@ MANIFEST_VERSIONS: MappingProxyType[str, str] = MappingProxyType(
         # the localiser is sure of it (word boxes in the card's frame), closer only where the catalogue
         # confirms nothing, so the same extractors moved again; and again when each crop was recognised at its
         # own width (not padded to 320 px) and a number read without its rarity letter or an early credit
-        # settled the read; and again when the last resort across a card read only its collector end's rows
-        # and a tall band was detected in three parts, not two larger ones.
+        # settled the read; and again when the last resort across a card read only its collector end's rows,
+        # a tall band was detected in three parts, not two larger ones, and an upload taken whole whose
+        # read reached the legal line was no longer read again as an upload.
         "card_localisation": "card-localisation-v6",  # v6: the 180 turn and several cards from the text as now read
         "geometry_bleed": "geometry-bleed-v2",
         "layout_class": "layout-class-v3",  # v3: the confidence is the reading's own agreement too

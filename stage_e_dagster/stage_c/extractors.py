@@ -129,7 +129,9 @@ class ImageContext:
         nothing read there. Read on the card when the localiser is sure of it, else on the upload.
         An upload taken whole for its aspect is usually a render or a scan, but can be a photo that
         happens to have a card's aspect: what the read on it does not settle is read again as an
-        upload."""
+        upload, unless it read the card's legal line. That prints at the card's foot, so a read that
+        reached it saw the card whole (a render of a card printed without a number, 1998 and later: the
+        read as an upload cost four more detections and found nothing)."""
         if self._text is None:
             on_card = self.sure_of_card and not self.cheap
             source = self.image if on_card or self.upload is None else self.upload
@@ -137,7 +139,8 @@ class ImageContext:
             if on_card and self.upload is not None and self.localisation is not None and not whole:
                 source = card_with_margin(self.upload, self.localisation, CARD_MARGIN, CARD_MIN_SIDE)
             self._text = read_card_text(source, self._confirms, cheap=self.cheap, on_card=on_card)
-            if on_card and whole and not self._confirms(self._text):
+            if on_card and whole and not self._confirms(self._text) and not any(
+                    LEGAL_WORDS.search(row) for row in self._text.rows("collector")):
                 self._text = read_card_text(self.upload if self.upload is not None else self.image,
                                             self._confirms, cheap=self.cheap)
         return self._text
