@@ -38,7 +38,7 @@ MANIFEST_VERSIONS: MappingProxyType[str, str] = MappingProxyType(
         "crop_coordinates": "crop-coordinates-v2",
         # collector_line_ocr v8: the last resort reads the collector end's rows only.
         "collector_line_ocr": "collector-line-ocr-v8",
-        "collector_line_word_boxes": "collector-line-word-boxes-v6",  # v5: boxes of the read as now made
+        "collector_line_word_boxes": "collector-line-word-boxes-v6",  # v6: boxes of the read as now made
         "artist_ocr": "artist-ocr-v7",  # v7: from the rows as now read
         "symbol_region": "symbol-region-v2",
         "art_phash": "art-phash-v2",
