@@ -139,8 +139,7 @@ class ImageContext:
             if on_card and self.upload is not None and self.localisation is not None and not whole:
                 source = card_with_margin(self.upload, self.localisation, CARD_MARGIN, CARD_MIN_SIDE)
             self._text = read_card_text(source, self._confirms, cheap=self.cheap, on_card=on_card)
-            if on_card and whole and not self._confirms(self._text) and not any(
-                    LEGAL_WORDS.search(row) for row in self._text.rows("collector")):
+            if on_card and whole and not self._confirms(self._text) and not legal_rows(self._text):
                 self._text = read_card_text(self.upload if self.upload is not None else self.image,
                                             self._confirms, cheap=self.cheap)
         return self._text
@@ -382,8 +381,13 @@ def art_phash_extractor(ctx: ImageContext) -> Outcome:
     return {"art_phash": phash_int(ctx.image.crop(ctx.box("art")))}, None
 
 
+def legal_rows(text: CardText) -> list[str]:
+    """The rows of the collector end that show the legal line's words."""
+    return [row for row in text.rows("collector") if LEGAL_WORDS.search(row)]
+
+
 def legal_line(ctx: ImageContext) -> Outcome:
-    rows = [row for row in ctx.text().rows("collector") if LEGAL_WORDS.search(row)]
+    rows = legal_rows(ctx.text())
     year, proxy = parse_legal("\n".join(rows))
     fields = {"legal_raw_text": "\n".join(rows)[:2000], "copyright_year": year, "proxy_marker": proxy}
     return fields, None if year or proxy else "no-text"

@@ -290,18 +290,24 @@ def test_the_last_resort_across_a_card_reads_only_its_collector_end(monkeypatch:
     assert 1 <= rows <= text_reader.COLLECTOR_ROWS and any("137" in t for t in texts), looks
 
 
-def test_a_render_read_to_its_legal_line_is_not_read_again_as_an_upload(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Issue 39: an upload taken whole for its card's aspect is read on the card, and again as an upload
-    when that settles nothing, for a photo that only has a card's aspect. A read that reached the legal
-    line, at the card's foot, saw the whole card: a render of an old-style 2002 card, which prints no
-    number, is read once (the read as an upload cost four more detections and found nothing; a ninth of
-    the seed corpus is such cards)."""
+def _reads_on_card(monkeypatch: pytest.MonkeyPatch) -> list[bool]:
+    """Each read of a card's text Stage C makes from now on, as whether it read on the card (False: the upload)."""
     from stage_e_dagster.stage_c import extractors
 
     reads: list[bool] = []
     real = extractors.read_card_text
     monkeypatch.setattr(extractors, "read_card_text",
                         lambda *args, **kwargs: reads.append(kwargs.get("on_card", False)) or real(*args, **kwargs))
+    return reads
+
+
+def test_a_render_read_to_its_legal_line_is_not_read_again_as_an_upload(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Issue 39: an upload taken whole for its card's aspect is read on the card, and again as an upload
+    when that settles nothing, for a photo that only has a card's aspect. A read that reached the legal
+    line, at the card's foot, saw the whole card: a render of an old-style 2002 card, which prints no
+    number, is read once (the read as an upload cost four more detections and found nothing; a ninth of
+    the seed corpus is such cards)."""
+    reads = _reads_on_card(monkeypatch)
     p = next(p for p in SPECS if p.style == "old" and p.released.year >= 1998)
     fields = compute_evidence("h", png(render_card(p, Variant(height=1040), noise_seed=1)), latency_ms=1.0,
                               lexicon=LEXICON).fields
@@ -314,12 +320,7 @@ def test_a_render_read_to_its_legal_line_is_not_read_again_as_an_upload(monkeypa
 def test_a_photo_with_a_cards_aspect_is_read_again_as_an_upload(monkeypatch: pytest.MonkeyPatch) -> None:
     """The other side: a sleeved card photographed to fill the frame is taken whole, the read on it finds
     only the title (no legal line), and the read as an upload finds the number."""
-    from stage_e_dagster.stage_c import extractors
-
-    reads: list[bool] = []
-    real = extractors.read_card_text
-    monkeypatch.setattr(extractors, "read_card_text",
-                        lambda *args, **kwargs: reads.append(kwargs.get("on_card", False)) or real(*args, **kwargs))
+    reads = _reads_on_card(monkeypatch)
     data = (REAL_PHOTOS_2 / "mh2-186_foil_asmoranomardicadaistinaculdacar_sleeved.jpg").read_bytes()
     fields = compute_evidence("h", data, latency_ms=1.0, lexicon=frozenset({"mh2"})).fields
     assert fields["localisation_method"] == "whole-image" and reads == [True, False]
