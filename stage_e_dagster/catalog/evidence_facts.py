@@ -31,21 +31,22 @@ MANIFEST_VERSIONS: MappingProxyType[str, str] = MappingProxyType(
         # own width (not padded to 320 px) and a number read without its rarity letter or an early credit
         # settled the read; and again when the last resort across a card read only its collector end's rows,
         # a tall band was detected in three parts, not two larger ones, and an upload taken whole whose
-        # read reached the legal line was no longer read again as an upload.
-        "card_localisation": "card-localisation-v6",  # v6: the 180 turn and several cards from the text as now read
+        # read reached the legal line was no longer read again as an upload; and again when the last
+        # resort was no longer taken for a legal line the first look and the narrow band read alike.
+        "card_localisation": "card-localisation-v7",  # v7: the 180 turn and several cards from the text as now read
         "geometry_bleed": "geometry-bleed-v2",
         "layout_class": "layout-class-v3",  # v3: the confidence is the reading's own agreement too
         "crop_coordinates": "crop-coordinates-v2",
-        # collector_line_ocr v8: the last resort reads the collector end's rows only.
-        "collector_line_ocr": "collector-line-ocr-v8",
-        "collector_line_word_boxes": "collector-line-word-boxes-v6",  # v6: boxes of the read as now made
-        "artist_ocr": "artist-ocr-v7",  # v7: from the rows as now read
+        # collector_line_ocr v9: no last resort for a legal line two looks read alike.
+        "collector_line_ocr": "collector-line-ocr-v9",
+        "collector_line_word_boxes": "collector-line-word-boxes-v7",  # v7: boxes of the read as now made
+        "artist_ocr": "artist-ocr-v8",  # v8: from the rows as now read
         "symbol_region": "symbol-region-v2",
         "art_phash": "art-phash-v2",
-        "legal_line": "legal-line-v8",  # v8: from the rows as now read
+        "legal_line": "legal-line-v9",  # v9: from the rows as now read
         "quality_signals": "quality-signals-v2",
         "color_profile": "color-profile-v2",
-        "title_ocr": "title-ocr-v5",  # v5: a tall title band in three parts
+        "title_ocr": "title-ocr-v6",  # v6: the title as now read
         # Issue 41: the set symbol's silhouette, which Stage D compares with each set's rendered icon.
         "set_symbol": "set-symbol-v1",
     }

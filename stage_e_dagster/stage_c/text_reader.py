@@ -22,6 +22,7 @@ import numpy as np
 from PIL import Image
 
 from . import text_model
+from .parse import LEGAL_WORDS
 
 # Long side of the copy the first detection runs on: the card's, when the localiser is sure of it, else
 # the whole upload's (the cheap pass: CHEAP_DETECT_SIDE).
@@ -480,9 +481,15 @@ def read_card_text(image: Image.Image, confirms: Confirms | None = None, *, chea
         return result
     closer = (_closer_on_card(upload, frame, rows, bool(title)) if on_card
               else _closer_on_text_region(upload, frame, boxes, rows))
+    first_look = result.lines
     result.lines, result.passes = _settled(result.lines, closer, confirms), ("ends", "close")
     if on_card and boxes and not confirms(result) and any(_WORTH_A_WIDER_LOOK.search(ln.text)
                                                           for ln in result.at("collector")):
+        if _same_legal_line(first_look, closer):
+            # Both looks ended the legal line in the same place: no wider look; each line both read is
+            # kept as the surer of the two read it (the band's enlarged credit misread some artists).
+            result.lines = _surer(result.lines, first_look)
+            return result
         # The last resort, on the cards the narrow band did not settle though their collector end shows
         # a number or a legal line (the legal line's number on textured 2003-2014 frames, webcam
         # frames): the collector end of the text's region, across the card, larger.
@@ -493,6 +500,18 @@ def read_card_text(image: Image.Image, confirms: Confirms | None = None, *, chea
 
 def _confirms_nothing(text: CardText) -> bool:
     return False
+
+
+def _same_legal_line(first: list[TextLine], closer: list[TextLine]) -> bool:
+    """Whether the first look and the narrow band read the collector end's legal line alike (its letters
+    and digits): two looks at two scales that end it in the same place leave nothing on it for a third,
+    wider one to find (roe-137's first look missed its legal line, and only the wide look read its end)."""
+    def legal(lines: list[TextLine]) -> list[str]:
+        rows = join_rows([ln for ln in lines if ln.end == "collector"])
+        return ["".join(ch for ch in row.lower() if ch.isalnum()) for row in rows if LEGAL_WORDS.search(row)]
+
+    read_first = legal(first)
+    return bool(read_first) and read_first == legal(closer)
 
 
 def _settled(before: list[TextLine], closer: list[TextLine], confirms: Confirms) -> list[TextLine]:
@@ -507,6 +526,18 @@ def _settled(before: list[TextLine], closer: list[TextLine], confirms: Confirms)
         return taken
     both = _merged(at(closer, "title"), at(before, "title")) + _merged(at(closer, "collector"), at(before, "collector"))
     return both if confirms(CardText(lines=both)) else taken
+
+
+def _surer(lines: list[TextLine], other: list[TextLine]) -> list[TextLine]:
+    """``lines``, each replaced by ``other``'s reading of the same printed line at the same end when the
+    recogniser was surer of that one (a line read whole there and in two boxes here is kept once)."""
+    kept: list[TextLine] = []
+    for line in lines:
+        same = [o for o in other if o.end == line.end and _same_place(line, o) and o.score > line.score]
+        chosen = max(same, key=lambda o: o.score, default=line)
+        if chosen not in kept:
+            kept.append(chosen)
+    return kept
 
 
 def _merged(closer: list[TextLine], first: list[TextLine]) -> list[TextLine]:
