@@ -18,7 +18,7 @@ from ..catalog.printed_keys import PrintedKeys
 from .geometry import BleedClass, all_boxes, box_px, classify_bleed, trim_box
 from .hashing import phash_int
 from .localise import CONFIDENCE_BAR, Localised, card_with_margin, localise_card, room_for_another_card
-from .parse import LEGAL_WORDS, parse_artist, parse_artist_after_language, parse_legal, prints_no_number
+from .parse import parse_artist, parse_artist_after_language, parse_legal, prints_no_number
 from .set_symbol import read_symbol_shape
 from .text_reader import CARD_MARGIN, CARD_MIN_SIDE, CardText, join_rows, lines_side_by_side, read_card_text
 
@@ -139,7 +139,7 @@ class ImageContext:
             if on_card and self.upload is not None and self.localisation is not None and not whole:
                 source = card_with_margin(self.upload, self.localisation, CARD_MARGIN, CARD_MIN_SIDE)
             self._text = read_card_text(source, self._confirms, cheap=self.cheap, on_card=on_card)
-            if on_card and whole and not self._confirms(self._text) and not legal_rows(self._text):
+            if on_card and whole and not self._confirms(self._text) and not self._text.legal_rows():
                 self._text = read_card_text(self.upload if self.upload is not None else self.image,
                                             self._confirms, cheap=self.cheap)
         return self._text
@@ -381,13 +381,8 @@ def art_phash_extractor(ctx: ImageContext) -> Outcome:
     return {"art_phash": phash_int(ctx.image.crop(ctx.box("art")))}, None
 
 
-def legal_rows(text: CardText) -> list[str]:
-    """The rows of the collector end that show the legal line's words."""
-    return [row for row in text.rows("collector") if LEGAL_WORDS.search(row)]
-
-
 def legal_line(ctx: ImageContext) -> Outcome:
-    rows = legal_rows(ctx.text())
+    rows = ctx.text().legal_rows()
     year, proxy = parse_legal("\n".join(rows))
     fields = {"legal_raw_text": "\n".join(rows)[:2000], "copyright_year": year, "proxy_marker": proxy}
     return fields, None if year or proxy else "no-text"

@@ -120,6 +120,10 @@ class CardText:
         lines = self.lines if end is None else self.at(end)
         return join_rows(lines)
 
+    def legal_rows(self) -> list[str]:
+        """The rows of the collector end that show the legal line's words."""
+        return [row for row in self.rows("collector") if LEGAL_WORDS.search(row)]
+
 
 Item = TypeVar("Item", "TextLine", "_Box")
 
@@ -507,8 +511,7 @@ def _same_legal_line(first: list[TextLine], closer: list[TextLine]) -> bool:
     and digits): two looks at two scales that end it in the same place leave nothing on it for a third,
     wider one to find (roe-137's first look missed its legal line, and only the wide look read its end)."""
     def legal(lines: list[TextLine]) -> list[str]:
-        rows = join_rows([ln for ln in lines if ln.end == "collector"])
-        return ["".join(ch for ch in row.lower() if ch.isalnum()) for row in rows if LEGAL_WORDS.search(row)]
+        return ["".join(ch for ch in row.lower() if ch.isalnum()) for row in CardText(lines=lines).legal_rows()]
 
     read_first = legal(first)
     return bool(read_first) and read_first == legal(closer)
