@@ -8,7 +8,7 @@ The hash is ImageHash's ``phash`` (hash size 8), the function every stored hash 
 computed here with NumPy: ImageHash takes its DCT from ``scipy.fftpack``, whose import put 26 MB
 on every Stage C worker at its first card, a fifteenth of its memory bar. The bits are ImageHash's
 on every real image (``tests/stage_c/test_hashing.py`` compares them). Only where two coefficients
-tie exactly at their median (a synthetic image mirrored about its diagonal) does each library's
+tie exactly at their median (a synthetic flat image with one odd pixel) does each library's
 rounding decide the bit, and the two can differ there.
 """
 
