@@ -32,21 +32,23 @@ MANIFEST_VERSIONS: MappingProxyType[str, str] = MappingProxyType(
         # settled the read; and again when the last resort across a card read only its collector end's rows,
         # a tall band was detected in three parts, not two larger ones, and an upload taken whole whose
         # read reached the legal line was no longer read again as an upload; and again when the last
-        # resort was no longer taken for a legal line the first look and the narrow band read alike.
-        "card_localisation": "card-localisation-v7",  # v7: the 180 turn and several cards from the text as now read
+        # resort was no longer taken for a legal line the first look and the narrow band read alike; and
+        # again when an upload taken whole whose first look on the card found almost no text went to the
+        # read as an upload without the card's bands.
+        "card_localisation": "card-localisation-v8",  # v8: the 180 turn and several cards from the text as now read
         "geometry_bleed": "geometry-bleed-v2",
         "layout_class": "layout-class-v3",  # v3: the confidence is the reading's own agreement too
         "crop_coordinates": "crop-coordinates-v2",
-        # collector_line_ocr v9: no last resort for a legal line two looks read alike.
-        "collector_line_ocr": "collector-line-ocr-v9",
-        "collector_line_word_boxes": "collector-line-word-boxes-v7",  # v7: boxes of the read as now made
-        "artist_ocr": "artist-ocr-v8",  # v8: from the rows as now read
+        # collector_line_ocr v10: no card bands after a first look that found almost no text.
+        "collector_line_ocr": "collector-line-ocr-v10",
+        "collector_line_word_boxes": "collector-line-word-boxes-v8",  # v8: boxes of the read as now made
+        "artist_ocr": "artist-ocr-v9",  # v9: from the rows as now read
         "symbol_region": "symbol-region-v2",
         "art_phash": "art-phash-v2",
-        "legal_line": "legal-line-v9",  # v9: from the rows as now read
+        "legal_line": "legal-line-v10",  # v10: from the rows as now read
         "quality_signals": "quality-signals-v2",
         "color_profile": "color-profile-v2",
-        "title_ocr": "title-ocr-v6",  # v6: the title as now read
+        "title_ocr": "title-ocr-v7",  # v7: the title as now read
         # Issue 41: the set symbol's silhouette, which Stage D compares with each set's rendered icon.
         "set_symbol": "set-symbol-v1",
     }

@@ -131,14 +131,16 @@ class ImageContext:
         happens to have a card's aspect: what the read on it does not settle is read again as an
         upload, unless it read the card's legal line. That prints at the card's foot, so a read that
         reached it saw the card whole (a render of a card printed without a number, 1998 and later: the
-        read as an upload cost four more detections and found nothing)."""
+        read as an upload cost four more detections and found nothing). A read on it whose first look
+        found almost no text goes to the read as an upload at once (``read_card_text``'s ``upload_next``)."""
         if self._text is None:
             on_card = self.sure_of_card and not self.cheap
             source = self.image if on_card or self.upload is None else self.upload
             whole = self.localisation is not None and self.localisation.method == "whole-image"
             if on_card and self.upload is not None and self.localisation is not None and not whole:
                 source = card_with_margin(self.upload, self.localisation, CARD_MARGIN, CARD_MIN_SIDE)
-            self._text = read_card_text(source, self._confirms, cheap=self.cheap, on_card=on_card)
+            self._text = read_card_text(source, self._confirms, cheap=self.cheap, on_card=on_card,
+                                        upload_next=on_card and whole)
             if on_card and whole and not self._confirms(self._text) and not self._text.legal_rows():
                 self._text = read_card_text(self.upload if self.upload is not None else self.image,
                                             self._confirms, cheap=self.cheap)

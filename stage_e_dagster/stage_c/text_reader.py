@@ -67,6 +67,10 @@ CARD_BAND = 0.2
 ROW_SLACK = 0.015
 BELOW_LAST_ROW = 0.07
 CARD_CLOSE_SIDE = 1600
+# A first look on a card that found fewer lines than this has not found the card's text: a card shows its
+# name, type line, rules, credit and legal line (8-25 lines on the real photos read right, 3-4 on a full-art
+# land). On an upload taken whole only for its aspect, the caller's read as an upload looks next, larger.
+CARD_MIN_LINES = 3
 # A collector end worth the last resort: three digits in a row (a number, a year) or the legal line's words.
 _WORTH_A_WIDER_LOOK = re.compile(r"\d{3}|\u00a9|wizards|coast|\bllc\b", re.IGNORECASE)
 # The layout that says a card is upright: of its lines running with the text, at least LAYOUT_MIN_LINES
@@ -438,10 +442,16 @@ class _Frame:
 
 
 def read_card_text(image: Image.Image, confirms: Confirms | None = None, *, cheap: bool = False,
-                   on_card: bool = False) -> CardText:
+                   on_card: bool = False, upload_next: bool = False) -> CardText:
     """Read ``image`` (the upload, any way up; or, with ``on_card``, the card the localiser found and
     turned upright, at most half a turn off). ``confirms`` says whether a read holds a reading the
     catalogue confirms; without it, or when it says no, the two ends are read again closer.
+
+    ``upload_next``: the caller reads the image again as an upload when this read settles nothing (an
+    upload taken whole for its card's aspect). A first look on the card that found fewer than
+    ``CARD_MIN_LINES`` lines, none of them the legal line (which keeps the caller from reading it again),
+    then ends the read: the closer bands would be cut where the card's foot would be, blind (mh2-186:
+    one line at 640 px, twelve as an upload at 960 px; tgrn-004: three band parts, 1.1 s, for nothing).
 
     ``cheap`` is the pass for tests and smoke runs that only need Stage C to have run: one look at a
     small copy, no direction classifier, the first row and the last two read, never a closer look."""
@@ -481,7 +491,8 @@ def read_card_text(image: Image.Image, confirms: Confirms | None = None, *, chea
     if not confirmed and ends.far:
         result.lines = title + _recognise(upload, ends.far) + near
         confirmed = confirms(result)
-    if confirmed or not (boxes or on_card):
+    if confirmed or not (boxes or on_card) or (upload_next and len(boxes) < CARD_MIN_LINES
+                                               and not result.legal_rows()):
         return result
     closer = (_closer_on_card(upload, frame, rows, bool(title)) if on_card
               else _closer_on_text_region(upload, frame, boxes, rows))

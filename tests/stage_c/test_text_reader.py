@@ -378,7 +378,41 @@ def test_a_photo_with_a_cards_aspect_is_read_again_as_an_upload(monkeypatch: pyt
     """The other side: a sleeved card photographed to fill the frame is taken whole, the read on it finds
     only the title (no legal line), and the read as an upload finds the number."""
     reads = _reads_on_card(monkeypatch)
+    bands = _card_bands_read(monkeypatch)
     data = (REAL_PHOTOS_2 / "mh2-186_foil_asmoranomardicadaistinaculdacar_sleeved.jpg").read_bytes()
     fields = compute_evidence("h", data, latency_ms=1.0, lexicon=frozenset({"mh2"})).fields
     assert fields["localisation_method"] == "whole-image" and reads == [True, False]
     assert fields["collector_number"] == "186"
+    # The first look on the card found one line: its bands, cut blind at the card's foot, are not read.
+    assert bands == []
+
+
+def _card_bands_read(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """Each closer look on a card's own bands from now on (its text's rows found by the first look)."""
+    bands: list[int] = []
+    real = text_reader._closer_on_card
+    monkeypatch.setattr(text_reader, "_closer_on_card",
+                        lambda upload, frame, rows, *args: bands.append(len(rows)) or real(upload, frame, rows, *args))
+    return bands
+
+
+def a_card_shaped_frame_with_one_line() -> Image.Image:
+    """An upload with a card's aspect that shows one line of text and nothing else."""
+    from PIL import ImageDraw
+
+    frame = Image.new("RGB", (630, 880), (236, 232, 220))
+    ImageDraw.Draw(frame).text((60, 400), "Goblin Token", fill=(20, 20, 20), font_size=56)
+    return frame
+
+
+def test_a_first_look_with_almost_no_text_leaves_the_card_to_the_read_as_an_upload(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Issue 39: on an upload taken whole for its aspect, a first look on the card that found fewer than
+    CARD_MIN_LINES lines has not found the card's text, and the read as an upload follows: the card's bands
+    are not read first. Any other read on a card still looks closer when the first look settles nothing."""
+    bands = _card_bands_read(monkeypatch)
+    image = a_card_shaped_frame_with_one_line()
+    alone = text_reader.read_card_text(image, on_card=True, upload_next=True)
+    assert 0 < alone.detected < text_reader.CARD_MIN_LINES and alone.passes == ("ends",) and bands == []
+    closer = text_reader.read_card_text(image, on_card=True)
+    assert closer.passes == ("ends", "close") and len(bands) == 1
