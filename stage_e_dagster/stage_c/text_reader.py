@@ -68,7 +68,7 @@ ROW_SLACK = 0.015
 BELOW_LAST_ROW = 0.07
 CARD_CLOSE_SIDE = 1600
 # A first look on a card that found fewer lines than this has not found the card's text: a card shows its
-# name, type line, rules, credit and legal line (8-25 lines on the real photos read right, 3-4 on a full-art
+# name, type line, rules, credit and legal line (8-25 lines on the real photos read right, 4 on a full-art
 # land). On an upload taken whole only for its aspect, the caller's read as an upload looks next, larger.
 CARD_MIN_LINES = 3
 # A collector end worth the last resort: three digits in a row (a number, a year) or the legal line's words.

@@ -61,7 +61,7 @@ def test_a_flat_image_hashes_as_imagehash_hashes_it() -> None:
 def test_reading_a_card_does_not_import_scipy() -> None:
     """Checked in a fresh interpreter: SciPy's FFT package put 26 MB on a Stage C worker at its first card."""
     probe = (
-        "import io, random, sys\n"
+        "import random, sys\n"
         "from stage_e_dagster.corpus.catalogue import build_catalogue\n"
         "from stage_e_dagster.corpus.render import Variant, encode, render_card\n"
         "from stage_e_dagster.stage_c.compute import compute_evidence\n"

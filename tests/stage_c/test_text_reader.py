@@ -18,7 +18,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from PIL import Image
+from PIL import Image, ImageDraw
 
 from stage_e_dagster.corpus.catalogue import PrintingSpec, build_catalogue
 from stage_e_dagster.corpus.render import Variant, render_card
@@ -398,8 +398,6 @@ def _card_bands_read(monkeypatch: pytest.MonkeyPatch) -> list[int]:
 
 def a_card_shaped_frame_with_one_line() -> Image.Image:
     """An upload with a card's aspect that shows one line of text and nothing else."""
-    from PIL import ImageDraw
-
     frame = Image.new("RGB", (630, 880), (236, 232, 220))
     ImageDraw.Draw(frame).text((60, 400), "Goblin Token", fill=(20, 20, 20), font_size=56)
     return frame
