@@ -139,9 +139,10 @@ class ImageContext:
             whole = self.localisation is not None and self.localisation.method == "whole-image"
             if on_card and self.upload is not None and self.localisation is not None and not whole:
                 source = card_with_margin(self.upload, self.localisation, CARD_MARGIN, CARD_MIN_SIDE)
+            upload_next = on_card and whole  # read again as an upload unless settled or read to its legal line
             self._text = read_card_text(source, self._confirms, cheap=self.cheap, on_card=on_card,
-                                        upload_next=on_card and whole)
-            if on_card and whole and not self._confirms(self._text) and not self._text.legal_rows():
+                                        upload_next=upload_next)
+            if upload_next and not self._confirms(self._text) and not self._text.legal_rows():
                 self._text = read_card_text(self.upload if self.upload is not None else self.image,
                                             self._confirms, cheap=self.cheap)
         return self._text
