@@ -318,12 +318,14 @@ def localise_card(image: Image.Image) -> Localised:
     return Localised(image, _image_corners(width, height), 0.0, 0, 0.0, "fallback", None, (width, height))
 
 
-def card_with_margin(source: Image.Image, localised: Localised, margin: float, min_side: int = 0) -> Image.Image:
+def card_with_margin(source: Image.Image, localised: Localised, margin: float, min_side: int = 0) -> np.ndarray:
     """The card ``localised`` found, upright, with ``margin`` of its own width and height more on every
     side, cut from ``source`` (the upload): a quad found on a card's inner frame rather than its edge
     still leaves the collector line printed below that frame in view. A card whose long side is under
     ``min_side`` pixels (a webcam frame) is enlarged to it in the same warp, so its small type is
-    interpolated once, not again by every closer look."""
+    interpolated once, not again by every closer look. An RGB array, as the reader takes it: a Pillow image
+    of it would be one more copy of the card's pixels (and the reader's array of that, another) held while
+    the detector takes its largest buffers."""
     width, height = localised.card.size
     frame = np.array([[0, 0], [width, 0], [width, height], [0, height]], dtype=np.float32)
     to_source = cv2.getPerspectiveTransform(frame, np.array(localised.quad, dtype=np.float32))
@@ -335,8 +337,8 @@ def card_with_margin(source: Image.Image, localised: Localised, margin: float, m
     size = (round((width + 2 * mx) * scale), round((height + 2 * my) * scale))
     target = np.array([[0, 0], [size[0], 0], [size[0], size[1]], [0, size[1]]], dtype=np.float32)
     matrix = cv2.getPerspectiveTransform(corners, target)
-    return Image.fromarray(cv2.warpPerspective(np.asarray(source), matrix, size, borderMode=cv2.BORDER_REPLICATE,
-                                               flags=cv2.INTER_CUBIC if scale > 1.0 else cv2.INTER_LINEAR))
+    return cv2.warpPerspective(np.asarray(source), matrix, size, borderMode=cv2.BORDER_REPLICATE,
+                               flags=cv2.INTER_CUBIC if scale > 1.0 else cv2.INTER_LINEAR)
 
 
 # Beside the card, at least this share of its own width (or above or below it, of its height) left in

@@ -24,6 +24,7 @@ from stage_e_dagster.corpus.catalogue import PrintingSpec, build_catalogue
 from stage_e_dagster.corpus.render import Variant, render_card
 from stage_e_dagster.stage_c import text_reader
 from stage_e_dagster.stage_c.compute import compute_evidence
+from stage_e_dagster.stage_c.localise import card_with_margin, localise_card
 
 SETS, SPECS = build_catalogue(random.Random(11), 80)
 LEXICON = frozenset(s.code.lower() for s in SETS)
@@ -414,3 +415,16 @@ def test_a_first_look_with_almost_no_text_leaves_the_card_to_the_read_as_an_uplo
     assert 0 < alone.detected < text_reader.CARD_MIN_LINES and alone.passes == ("ends",) and bands == []
     closer = text_reader.read_card_text(image, on_card=True)
     assert closer.passes == ("ends", "close") and len(bands) == 1
+
+
+def test_the_card_with_its_margin_is_read_as_an_array_as_its_image_would_be() -> None:
+    """The reader takes the card with its margin as the RGB array the warp made (a Pillow image of it was one
+    more copy of the card held while the detector took its buffers): the same pixels read the same."""
+    p = modern(3)
+    photo = on_a_table(render_card(p, Variant(height=900), noise_seed=6), 0)
+    found = localise_card(photo)
+    card = card_with_margin(photo, found, text_reader.CARD_MARGIN, text_reader.CARD_MIN_SIDE)
+    assert isinstance(card, np.ndarray) and card.dtype == np.uint8 and card.shape[2] == 3
+    from_array = text_reader.read_card_text(card, on_card=True)
+    from_image = text_reader.read_card_text(Image.fromarray(card), on_card=True)
+    assert from_array.lines and from_array == from_image
