@@ -150,3 +150,23 @@ def test_photo_like_bench_prints_a_row_per_condition() -> None:
     old = next(r for r in rows if r["condition"] == "format-old")
     assert old["number_printed"] == 0  # an old frame prints no collector number
     assert total["number_right"] > 0 and total["votes"] > 0
+
+
+@pytest.mark.slow
+def test_stage_c_bench_pools_its_repetitions_and_prints_the_targets_as_ratios() -> None:
+    """Two photo-like cards, each arm twice (alternating): a line per repetition, the pooled figures of both
+    readers, and the targets both in seconds and as ratios to the reader before, measured in the same run."""
+    out = run_bench("stage_c.py", "--cards", "2", "--no-real", "--reps", "2", "--json", timeout=900)
+    reps = re.findall(rf"^\[photo-like\] repetition (\d): median CPU per card new ({NUMBER}) s, today ({NUMBER}) s$",
+                      out, re.M)
+    assert [r[0] for r in reps] == ["1", "2"], out
+    assert re.search(rf"^\[photo-like\] ratio new / today: CPU per card median ({NUMBER}), p90 ({NUMBER});", out, re.M), out
+    ratios = re.search(rf"^targets as ratios to today's reader in this run: median per photo-like card / today's "
+                       rf"<= 0\.45 x: (?:met|NOT met) \(({NUMBER}) x\)$", out, re.M)
+    assert ratios, out
+    figures = json.loads(out.strip().splitlines()[-1])["photo-like"]
+    assert float(ratios.group(1)) == pytest.approx(figures["median_s"] / figures["today_median_s"], abs=1e-3)
+    # Pooled per card (with two runs, the mean of its two readings), then over the two cards (again a mean):
+    # the pooled median is the mean of the two repetitions' medians, not either run's alone.
+    for arm, column in (("median_s", 1), ("today_median_s", 2)):
+        assert figures[arm] == pytest.approx(sum(float(r[column]) for r in reps) / 2, abs=1e-3), (arm, reps, figures)
