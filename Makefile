@@ -10,7 +10,8 @@ demo: setup
 	$(VENV)/bin/stage-e demo --headless --until-idle
 
 # Two pytest-xdist workers, the longest tests first (tests/conftest.py). On a quiet 2-core machine the
-# tests took 35 min one at a time, 24 min with two in file order, 22 min longest first. `pytest`: one at a time.
+# tests took 35 min one at a time, 24 min with two in file order, 22 min longest first; 21 min on 2026-12-07
+# (quiet), 30 min on a slower, busier one the day before. `pytest`: one at a time.
 TEST_WORKERS ?= 2
 
 test: setup
