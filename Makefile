@@ -11,7 +11,7 @@ demo: setup
 
 # Two pytest-xdist workers, the longest tests first (tests/conftest.py). On a quiet 2-core machine the
 # tests took 35 min one at a time, 24 min with two in file order, 22 min longest first; 21 min on 2026-12-07
-# (quiet), 30 min on a slower, busier one the day before. `pytest`: one at a time.
+# (quiet), 30 min on a slower, busier machine earlier that day. `pytest`: one at a time.
 TEST_WORKERS ?= 2
 
 test: setup
